@@ -1,0 +1,110 @@
+"""Build, install and test each fireclay stage on its own; run the demo and the benchmarks.
+
+Each package session installs only that package and the siblings it declares into a fresh
+environment, then runs its tests there: that is the proof that the package installs alone.
+Packages whose torch use is optional are tested twice: first without torch, then with it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import nox
+
+ROOT = pathlib.Path(__file__).parent
+CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = False
+nox.options.sessions = ["tests"]
+
+# session name -> (distribution, siblings it declares, extra that adds torch if torch is optional)
+PACKAGES: dict[str, tuple[str, tuple[str, ...], str | None]] = {
+    "ir": ("fireclay-ir", (), "torch"),
+    "shapes": ("fireclay-shapes", (), None),
+    "capture": ("fireclay-capture", ("fireclay-ir", "fireclay-shapes"), None),
+    "autograd": ("fireclay-autograd", ("fireclay-ir", "fireclay-shapes"), None),
+    "loops": ("fireclay-loops", ("fireclay-ir", "fireclay-shapes"), "torch"),
+    "cpp": ("fireclay-cpp", ("fireclay-ir", "fireclay-shapes", "fireclay-loops"), None),
+    "triton": ("fireclay-triton", ("fireclay-ir", "fireclay-shapes", "fireclay-loops"), None),
+    "fireclay": (
+        "fireclay",
+        ("fireclay-ir", "fireclay-shapes", "fireclay-capture", "fireclay-autograd",
+         "fireclay-loops", "fireclay-cpp", "fireclay-triton"),
+        None,
+    ),
+}
+ALL_DISTS = [dist for dist, _, _ in PACKAGES.values()]
+
+
+def _path(dist: str) -> str:
+    return str(ROOT / "packages" / dist)
+
+
+def _pytest(session: nox.Session, *where: str) -> None:
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *where, *session.posargs)
+
+
+def _package_session(name: str, dist: str, siblings: tuple[str, ...], torch_extra: str | None):
+    def run(session: nox.Session) -> None:
+        tests = str(ROOT / "packages" / dist / "tests")
+        # Siblings install from this checkout (not as editable), the package with its test extra.
+        session.install(*CONSTRAINTS, *(_path(s) for s in siblings), f"{_path(dist)}[test]")
+        if torch_extra:
+            # The torch-free core first: tests that need torch skip themselves here.
+            _pytest(session, tests)
+            session.install(*CONSTRAINTS, f"{_path(dist)}[test,{torch_extra}]")
+            # With torch installed, importing the package still must not import it.
+            module = dist.replace("-", "_")
+            session.run("python", "-c", f"import sys, {module}; assert 'torch' not in sys.modules, "
+                        f"'import {module} imported torch'")
+        _pytest(session, tests)
+
+    run.__doc__ = f"Install {dist} alone (with {', '.join(siblings) or 'no siblings'}) and run its tests."
+    return nox.session(name=name, python=None)(run)
+
+
+for _name, (_dist, _siblings, _extra) in PACKAGES.items():
+    globals()[f"package_{_name}"] = _package_session(_name, _dist, _siblings, _extra)
+
+
+def _install_everything(session: nox.Session, *extra: str) -> None:
+    session.install(*CONSTRAINTS, *(_path(d) for d in ALL_DISTS), *extra)
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """All packages together: end-to-end tests over real models, for correctness."""
+    _install_everything(session, "pytest", "hypothesis", "transformers>=4.40")
+    _pytest(session, str(ROOT / "integration_tests"))
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole repository (configured in ruff.toml)."""
+    session.install("ruff")
+    session.run("ruff", "check", str(ROOT))
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Everything: lint, each package alone, then the integration tests."""
+    session.notify("lint")
+    for name in PACKAGES:
+        session.notify(name)
+    session.notify("integration")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The main job end to end, as far as the stages reach today."""
+    _install_everything(session, "transformers>=4.40")
+    session.run("python", str(ROOT / "demo.py"), *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmark suite; arguments after -- go to benchmarks.run."""
+    _install_everything(session, "transformers>=4.40")
+    session.chdir(str(ROOT))
+    session.run("python", "-m", "benchmarks.run", *(session.posargs or ["--suite", "quick"]))
