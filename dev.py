@@ -18,7 +18,7 @@ import venv
 
 ROOT = pathlib.Path(__file__).resolve().parent
 TOOLS = ROOT / ".tools"
-NOX_PIN = "nox>=2024.4.15"
+NOX_PIN = "nox[uv]>=2024.4.15"
 
 
 def _tools_python() -> pathlib.Path:
@@ -30,7 +30,7 @@ def ensure_nox() -> pathlib.Path:
     if not python.exists():
         print(f"dev.py: creating {TOOLS} with nox", flush=True)
         venv.EnvBuilder(with_pip=True, clear=True).create(TOOLS)
-    if subprocess.run([python, "-c", "import nox"], capture_output=True).returncode != 0:
+    if subprocess.run([python, "-c", "import nox, uv"], capture_output=True).returncode != 0:
         subprocess.run([python, "-m", "pip", "install", "-q", NOX_PIN], check=True)
     return python
 

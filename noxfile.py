@@ -7,14 +7,20 @@ Packages whose torch use is optional are tested twice: first without torch, then
 
 from __future__ import annotations
 
+import functools
+import os
 import pathlib
+import subprocess
+import sys
 
 import nox
 
 ROOT = pathlib.Path(__file__).parent
-CONSTRAINTS = ("-c", str(ROOT / "constraints.txt"))
 
-nox.options.default_venv_backend = "venv"
+# uv builds each environment in seconds by linking packages from its cache, so every session
+# still gets a fresh environment of its own (the isolation proof) without paying for a full torch
+# install each time. Without uv, nox falls back to venv + pip.
+nox.options.default_venv_backend = "uv|venv"
 nox.options.reuse_existing_virtualenvs = False
 nox.options.sessions = ["tests"]
 
@@ -37,6 +43,24 @@ PACKAGES: dict[str, tuple[str, tuple[str, ...], str | None]] = {
 ALL_DISTS = [dist for dist, _, _ in PACKAGES.values()]
 
 
+@functools.cache
+def _pip_find_links() -> tuple[str, ...]:
+    """pip's configured find-links (a local wheel folder), passed on so uv sees it too."""
+    links = os.environ.get("UV_FIND_LINKS") or os.environ.get("PIP_FIND_LINKS")
+    if not links:
+        try:
+            links = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+                                   capture_output=True, text=True, timeout=60).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            links = ""
+    return tuple(arg for link in links.split() for arg in ("--find-links", link))
+
+
+def _install(session: nox.Session, *args: str) -> None:
+    """Install into the session's environment with the repository's pins."""
+    session.install("-c", str(ROOT / "constraints.txt"), *_pip_find_links(), *args)
+
+
 def _path(dist: str) -> str:
     return str(ROOT / "packages" / dist)
 
@@ -49,11 +73,11 @@ def _package_session(name: str, dist: str, siblings: tuple[str, ...], torch_extr
     def run(session: nox.Session) -> None:
         tests = str(ROOT / "packages" / dist / "tests")
         # Siblings install from this checkout (not as editable), the package with its test extra.
-        session.install(*CONSTRAINTS, *(_path(s) for s in siblings), f"{_path(dist)}[test]")
+        _install(session, *(_path(s) for s in siblings), f"{_path(dist)}[test]")
         if torch_extra:
             # The torch-free core first: tests that need torch skip themselves here.
             _pytest(session, tests)
-            session.install(*CONSTRAINTS, f"{_path(dist)}[test,{torch_extra}]")
+            _install(session, f"{_path(dist)}[test,{torch_extra}]")
             # With torch installed, importing the package still must not import it.
             module = dist.replace("-", "_")
             session.run("python", "-c", f"import sys, {module}; assert 'torch' not in sys.modules, "
@@ -69,7 +93,7 @@ for _name, (_dist, _siblings, _extra) in PACKAGES.items():
 
 
 def _install_everything(session: nox.Session, *extra: str) -> None:
-    session.install(*CONSTRAINTS, *(_path(d) for d in ALL_DISTS), *extra)
+    _install(session, *(_path(d) for d in ALL_DISTS), *extra)
 
 
 @nox.session
@@ -82,7 +106,7 @@ def integration(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff over the whole repository (configured in ruff.toml)."""
-    session.install("ruff")
+    _install(session, "ruff")
     session.run("ruff", "check", str(ROOT))
 
 
