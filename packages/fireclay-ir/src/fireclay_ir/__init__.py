@@ -37,3 +37,37 @@ __all__ = [
     "ScalarType", "Symbol", "SymExpr", "TensorMeta", "Value", "Weight", "iter_values",
     "map_values", "require_sibling",
 ]
+
+# The serialized format and the text printer (docs/format/README.md).
+from fireclay_ir.printer import format_graph, format_program  # noqa: E402
+from fireclay_ir.serde import FormatError, Limits, dumps, load, loads, save  # noqa: E402
+from fireclay_ir.upgraders import UPGRADERS, UpgraderRegistry  # noqa: E402
+
+__all__ += [
+    "FormatError", "Limits", "UPGRADERS", "UpgraderRegistry", "dumps", "format_graph", "format_program",
+    "load", "loads", "save",
+]
+
+# Semantics: op registries, verifier, passes, reference interpreter, torch.fx interop (the last
+# two import torch only when called).
+from fireclay_ir.dialects import (  # noqa: E402
+    Argument,
+    Dialect,
+    OpDef,
+    Return,
+    get_dialect,
+    lookup_op,
+    register_callable,
+    register_dialect,
+)
+from fireclay_ir.fx_interop import FxConversionError, from_fx, to_fx  # noqa: E402
+from fireclay_ir.interpreter import Interpreter, InterpreterError, evaluate_symexpr, interpret  # noqa: E402
+from fireclay_ir.passes import GENERIC_PIPELINE, PassManager, Pattern  # noqa: E402
+from fireclay_ir.verifier import VerificationError, check_boundary, verify, verify_at_boundaries  # noqa: E402
+
+__all__ += [
+    "Argument", "Dialect", "FxConversionError", "GENERIC_PIPELINE", "Interpreter", "InterpreterError", "OpDef",
+    "PassManager", "Pattern", "Return", "VerificationError", "check_boundary", "evaluate_symexpr", "from_fx",
+    "get_dialect", "interpret", "lookup_op", "register_callable", "register_dialect", "to_fx", "verify",
+    "verify_at_boundaries",
+]

@@ -505,6 +505,11 @@ class Graph:
     def __repr__(self) -> str:
         return f"<Graph {self.name}: {len(self.inputs)} inputs, {len(self.nodes)} nodes>"
 
+    def __str__(self) -> str:
+        from fireclay_ir.printer import format_graph  # the printer imports this module
+
+        return format_graph(self)
+
 
 def _check_type(t: Any) -> None:
     if not isinstance(t, (TensorMeta, ScalarType)):
@@ -571,3 +576,8 @@ class Program:
         sym = Symbol(name, hint, min, max)
         self.symbols[name] = sym
         return sym
+
+    def __str__(self) -> str:
+        from fireclay_ir.printer import format_program  # the printer imports this module
+
+        return format_program(self)

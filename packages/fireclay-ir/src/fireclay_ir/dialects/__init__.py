@@ -1,0 +1,29 @@
+"""Op registries: ``torch``, ``aten`` and ``hop`` ship here; ``loops`` is reserved for fireclay-loops.
+
+Public surface: :class:`Dialect`, :class:`OpDef`, :class:`Argument`, :class:`Return`,
+:func:`get_dialect`, :func:`lookup_op`, :func:`register_dialect`, :func:`register_callable`.
+"""
+
+from fireclay_ir.dialects.aten import AtenDialect, core_ops, shipped_ops
+from fireclay_ir.dialects.hop import HopDialect
+from fireclay_ir.dialects.registry import (
+    NO_DEFAULT,
+    Argument,
+    Dialect,
+    OpDef,
+    Return,
+    dialects,
+    get_dialect,
+    lookup_op,
+    register_dialect,
+)
+from fireclay_ir.dialects.torch import TORCH, register_callable
+
+register_dialect(TORCH)
+register_dialect(AtenDialect())
+register_dialect(HopDialect())
+
+__all__ = [
+    "NO_DEFAULT", "Argument", "Dialect", "OpDef", "Return", "core_ops", "dialects", "get_dialect",
+    "lookup_op", "register_callable", "register_dialect", "shipped_ops",
+]

@@ -1,0 +1,350 @@
+"""The ``aten`` dialect: ATen operator overloads with their schemas.
+
+The schemas ship as versioned data (``data/aten_core_v1.json``), generated from torch by
+``scripts/gen_aten_schemas.py``, so that lookup and verification work without torch. The data
+holds the core ATen op set (``CORE_OPS``: what fireclay-autograd decomposes to) plus the
+common non-core ops a graph meets before decomposition (views, in-place variants, ``_to_copy``,
+``native_layer_norm``, ``convolution``, matmuls, attention, ...).
+
+An overload missing from the data is looked up in ``torch.ops.aten`` when torch is installed
+(flagged in its ``tags`` as ``from_torch``): the namespace is fixed to ``aten``, so no
+arbitrary import is possible.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from fireclay_ir.dialects.registry import NO_DEFAULT, Argument, Dialect, OpDef, Return
+from fireclay_ir.model import IRError, Node, Program
+
+DATA_FILE = "aten_core_v1.json"
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+
+
+# --------------------------------------------------------------------------- schema text
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside brackets and quotes."""
+    parts, depth, quote, cur = [], 0, None, []
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+            continue
+        cur.append(ch)
+    tail = "".join(cur).strip()
+    if tail or parts:
+        parts.append(tail)
+    return [p for p in parts if p]
+
+
+def _parse_default(text: str) -> Any:
+    """Schema defaults as Python values; enum names (``contiguous_format``, ``long``) stay text."""
+    if text == "None":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    if text.startswith("[") and text.endswith("]"):
+        return [_parse_default(p) for p in _split_top(text[1:-1])]
+    if text[:1] in "\"'":
+        return text[1:-1]
+    for conv in (int, float):
+        try:
+            return conv(text)
+        except ValueError:
+            pass
+    return text
+
+
+_TYPE = re.compile(r"^(?P<base>(?:Dict|Future|Union)\([^()]*\)|[A-Za-z_][A-Za-z0-9_]*)"
+                   r"(?:\((?P<alias>[^()]*)\))?(?P<suffix>(?:\[\d*\]|\?)*)"
+                   r"(?:\((?P<alias2>[^()]*)\))?(?P<suffix2>(?:\[\d*\]|\?)*)$")
+
+
+def _split_type(decl: str) -> tuple[str, str | None, str]:
+    """``Tensor(a!) self`` -> (``Tensor``, ``a!``, ``self``); ``Tensor(a)[] x`` -> (``Tensor[]``, ``a``, ``x``)."""
+    decl = decl.strip()
+    depth, cut = 0, -1
+    for i, ch in enumerate(decl):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == " " and depth == 0:
+            cut = i
+    type_text, name = (decl[:cut], decl[cut + 1:].strip()) if cut >= 0 else (decl, "")
+    m = _TYPE.match(type_text.strip())
+    if m is None:
+        raise IRError(f"malformed schema type {type_text!r}")
+    return (m.group("base") + m.group("suffix") + m.group("suffix2"), m.group("alias") or m.group("alias2"),
+            name)
+
+
+def parse_schema(schema: str) -> tuple[str, tuple[Argument, ...], tuple[Return, ...]]:
+    """Parse ``aten::name.overload(args) -> returns`` into (name, arguments, returns)."""
+    try:
+        head, rets = schema.rsplit(") -> ", 1)
+        name, args_text = head.split("(", 1)
+    except ValueError:
+        raise IRError(f"malformed op schema {schema!r}") from None
+    name = name.split("::", 1)[-1]
+    arguments: list[Argument] = []
+    kwarg_only = False
+    for part in _split_top(args_text):
+        if part == "*":
+            kwarg_only = True
+            continue
+        if part == "...":
+            # Varargs (einsum.sublist): further positional arguments are not checked.
+            arguments.append(Argument("...", "..."))
+            continue
+        default: Any = NO_DEFAULT
+        decl = part
+        eq = _top_level_eq(part)
+        if eq >= 0:
+            decl, default = part[:eq].strip(), _parse_default(part[eq + 1:].strip())
+        type_, alias, arg_name = _split_type(decl)
+        arguments.append(Argument(arg_name, type_, default, kwarg_only, alias))
+    rets = rets.strip()
+    if rets.startswith("(") and rets.endswith(")"):
+        ret_parts = _split_top(rets[1:-1])
+    else:
+        ret_parts = [rets]
+    returns = []
+    for part in ret_parts:
+        type_, alias, ret_name = _split_type(part)
+        returns.append(Return(ret_name or None, type_, alias))
+    return name, tuple(arguments), tuple(returns)
+
+
+def _top_level_eq(text: str) -> int:
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "=" and depth == 0:
+            return i
+    return -1
+
+
+# --------------------------------------------------------------------------- the data
+
+
+@cache
+def _data() -> dict[str, Any]:
+    text = resources.files("fireclay_ir.dialects").joinpath("data", DATA_FILE).read_text("utf-8")
+    return json.loads(text)
+
+
+def core_ops() -> tuple[str, ...]:
+    """The documented core ATen op set, as ``aten::name.overload`` strings."""
+    return tuple(f"aten::{n}" for n in _data()["core"])
+
+
+def shipped_ops() -> tuple[str, ...]:
+    """Every overload whose schema ships with this package."""
+    return tuple(f"aten::{n}" for n in sorted(_data()["ops"]))
+
+
+def data_version() -> dict[str, Any]:
+    d = _data()
+    return {"version": d["version"], "torch_version": d["torch_version"]}
+
+
+def opdef_from_schema(name: str, schema: str, tags: tuple[str, ...] = ()) -> OpDef:
+    """The OpDef of overload ``name`` (``relu.default``) from its schema text."""
+    _, arguments, returns = parse_schema(schema)
+    mutates = tuple(a.name for a in arguments if a.is_write)
+    is_view = any(r.alias and "!" not in r.alias for r in returns)
+    return OpDef(
+        dialect="aten", name=name, arguments=arguments, returns=returns, mutates=mutates,
+        side_effects=bool(mutates) or name.split(".")[0] in _SIDE_EFFECT_STEMS,
+        nondeterministic="nondeterministic_seeded" in tags, is_view=is_view, tags=tuple(tags),
+        schema=schema, resolve=lambda: _resolve_overload(name),
+    )
+
+
+# Ops without written arguments that still must run: asserts and prints.
+_SIDE_EFFECT_STEMS = {"_assert_async", "_assert_scalar", "_print", "sym_constrain_range",
+                      "sym_constrain_range_for_size", "_assert_tensor_metadata", "_functional_assert_async"}
+
+
+def _resolve_overload(name: str) -> Any:
+    import torch
+
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), overload or "default")
+
+
+# --------------------------------------------------------------------------- checking args
+
+_SCALAR_KIND_OK = {
+    "int": {"int", "opaque"}, "SymInt": {"int", "opaque"}, "float": {"float", "int", "opaque"},
+    "bool": {"bool", "opaque"}, "Scalar": {"int", "float", "bool", "opaque"},
+    "SymFloat": {"float", "int", "opaque"}, "SymBool": {"bool", "opaque"},
+}
+
+
+def _describe(arg: Any) -> str:
+    from fireclay_ir.model import Value
+
+    if isinstance(arg, Value):
+        return f"%{arg.name} ({'tensor' if arg.is_tensor else arg.type.kind + ' scalar'})"
+    return f"{type(arg).__name__} {arg!r}"
+
+
+def _accepts(type_: str, arg: Any) -> bool:
+    from fireclay_ir import model as m
+
+    if type_.endswith("?"):
+        return arg is None or _accepts(type_[:-1], arg)
+    list_match = re.match(r"^(.*)\[(\d*)\]$", type_)
+    if list_match:
+        elem, size = list_match.group(1), list_match.group(2)
+        if isinstance(arg, (list, tuple)):
+            return all(_accepts(elem, a) for a in arg)
+        # int[2] takes one int that torch broadcasts; a scalar Value of a list is opaque.
+        if size and elem in ("int", "SymInt") and _accepts(elem, arg):
+            return True
+        return isinstance(arg, m.Value) and not arg.is_tensor and arg.type.kind == "opaque"
+    if isinstance(arg, m.Value):
+        if type_ == "Tensor":
+            return arg.is_tensor
+        if arg.is_tensor:
+            # A 0-dim tensor may stand for a Scalar (torch wraps numbers so).
+            return type_ == "Scalar" and arg.type.rank == 0
+        kinds = _SCALAR_KIND_OK.get(type_)
+        return kinds is None or arg.type.kind in kinds
+    if type_ == "Tensor":
+        # torch wraps a Python number passed for a Tensor (aten.add.Tensor(x, 0) from export).
+        return isinstance(arg, (int, float, bool, complex))
+    if type_ in ("int", "SymInt"):
+        return (isinstance(arg, int) and not isinstance(arg, bool)) or isinstance(arg, m.SymExpr)
+    if type_ in ("float", "SymFloat"):
+        return isinstance(arg, (int, float)) and not isinstance(arg, bool) or isinstance(arg, m.SymExpr)
+    if type_ in ("bool", "SymBool"):
+        return isinstance(arg, bool)
+    if type_ == "Scalar":
+        return isinstance(arg, (int, float, bool, complex, m.SymExpr))
+    if type_ == "str":
+        return isinstance(arg, str)
+    if type_ == "ScalarType":
+        return isinstance(arg, m.DType)
+    if type_ == "Layout":
+        return isinstance(arg, m.Layout)
+    if type_ == "Device":
+        return isinstance(arg, (m.Device, str))
+    if type_ == "MemoryFormat":
+        return isinstance(arg, m.MemoryFormat)
+    # Generator, Storage, Stream, Dimname, ...: opaque to the verifier.
+    return True
+
+
+def check_call(op: OpDef, args: tuple, kwargs: dict[str, Any]) -> list[str]:
+    """Problems binding ``args``/``kwargs`` to ``op``'s schema."""
+    if op.arguments is None:
+        return []
+    problems: list[str] = []
+    positional = [a for a in op.arguments if not a.kwarg_only]
+    if positional and positional[-1].type == "...":
+        positional = positional[:-1]
+        args = args[:len(positional)]
+    if len(args) > len(positional):
+        return [f"{op.qualified_name} takes at most {len(positional)} positional arguments, got {len(args)}"]
+    by_name = {a.name: a for a in op.arguments}
+    bound: dict[str, Any] = {}
+    for a, v in zip(positional, args):
+        bound[a.name] = v
+    for k, v in kwargs.items():
+        if k not in by_name:
+            problems.append(f"{op.qualified_name} has no argument {k!r}")
+        elif k in bound:
+            problems.append(f"{op.qualified_name} got argument {k!r} twice")
+        else:
+            bound[k] = v
+    for a in op.arguments:
+        if a.type == "...":
+            continue
+        if a.name not in bound:
+            if not a.has_default:
+                problems.append(f"{op.qualified_name} is missing argument {a.name!r} ({a.type})")
+        elif not _accepts(a.type, bound[a.name]):
+            problems.append(f"{op.qualified_name} argument {a.name!r} expects {a.type}, "
+                            f"got {_describe(bound[a.name])}")
+    return problems
+
+
+class AtenDialect(Dialect):
+    def __init__(self) -> None:
+        super().__init__("aten", str(_data_version_lazy()))
+
+    def _missing(self, name: str) -> OpDef | None:
+        if not _NAME.match(name):
+            return None
+        entry = _data()["ops"].get(name)
+        if entry is not None:
+            return opdef_from_schema(name, entry["schema"], tuple(entry.get("tags", ())))
+        return _from_torch(name)
+
+    def _hint(self, name: str) -> str:
+        stem = name.split(".")[0]
+        close = sorted(n for n in _data()["ops"] if n.split(".")[0] == stem)[:5]
+        return f" (did you mean {', '.join('aten::' + c for c in close)}?)" if close else ""
+
+    def verify_node(self, node: Node, op: OpDef, program: Program) -> list[str]:
+        problems = check_call(op, node.args, node.kwargs)
+        if op.returns is not None and not any(r.type.endswith("[]") for r in op.returns):
+            expected = len(op.returns)
+            if len(node.outputs) != expected:
+                problems.append(f"{op.qualified_name} returns {expected} values but the node "
+                                f"defines {len(node.outputs)}")
+            for r, out in zip(op.returns, node.outputs):
+                base = r.type.rstrip("?")
+                if base == "Tensor" and not out.is_tensor and not r.type.endswith("?"):
+                    problems.append(f"{op.qualified_name} returns a tensor but %{out.name} is a scalar")
+                if base in _SCALAR_KIND_OK and out.is_tensor:
+                    problems.append(f"{op.qualified_name} returns {r.type} but %{out.name} is a tensor")
+        return problems
+
+
+def _data_version_lazy() -> int:
+    # Reading the data file for the version is cheap and keeps one source of truth.
+    return _data()["version"]
+
+
+def _from_torch(name: str) -> OpDef | None:
+    # Only when torch is installed; without it the shipped data is all there is.
+    if sys.modules.get("torch") is None and importlib.util.find_spec("torch") is None:
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+
+    packet_name, _, overload = name.partition(".")
+    packet = getattr(torch.ops.aten, packet_name, None) if not packet_name.startswith("__") else None
+    if packet is None or not hasattr(packet, "overloads"):
+        return None
+    if (overload or "default") not in packet.overloads():
+        return None
+    op = getattr(packet, overload or "default")
+    tags = tuple(str(t).split(".")[-1] for t in op.tags) + ("from_torch",)
+    return opdef_from_schema(f"{packet_name}.{overload or 'default'}", str(op._schema), tags)

@@ -1,0 +1,158 @@
+"""Index expressions: fireclay-loops' one door to sympy and fireclay-shapes.
+
+Index expressions are sympy integer expressions over loop variables (``i0``, ``r0``: a loop
+body's own; ``x0``, ``r0``: a kernel's) and size symbols (``s0``), built from fireclay-shapes'
+symbols and its ``FloorDiv`` / ``Mod`` (Python semantics), printed and parsed in its string form
+(the form fireclay-ir stores in SymExpr), so every stage reads the same expressions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import sympy
+
+from fireclay_shapes import FloorDiv, Mod, ValueRange, bound, simplify_with_ranges
+from fireclay_shapes import dumps as _dumps
+from fireclay_shapes import parse as _parse
+from fireclay_shapes import symbol as _symbol
+
+Expr = sympy.Expr
+__all__ = ["FloorDiv", "Mod", "modular_indexing", "symbol", "as_expr", "parse", "to_str", "simplify", "equal",
+           "evaluate", "hint", "product", "contiguous_strides", "to_dim", "to_static"]
+
+_UNBOUNDED = ValueRange()
+
+
+def symbol(name: str) -> sympy.Symbol:
+    """An integer symbol (loop variable or size), the same object fireclay-shapes makes."""
+    return _symbol(name)
+
+
+def modular_indexing(a: Any, divisor: Any, modulus: Any) -> Expr:
+    """``(a // divisor) % modulus``: one digit of a flat index, which a reshape needs."""
+    return Mod(FloorDiv(as_expr(a), as_expr(divisor)), as_expr(modulus))
+
+
+def as_expr(d: Any) -> Expr:
+    """An int, a sympy expression or a string form as a sympy expression."""
+    if isinstance(d, sympy.Basic):
+        return d
+    if isinstance(d, bool):
+        raise TypeError(f"a bool is not an index expression: {d!r}")
+    if isinstance(d, int):
+        return sympy.Integer(d)
+    if isinstance(d, str):
+        return parse(d)
+    raise TypeError(f"not an index expression: {d!r}")
+
+
+def parse(text: str) -> Expr:
+    """Read the string form (never evaluated as Python: safe for files from strangers)."""
+    return _parse(text)
+
+
+def to_str(e: Any) -> str:
+    return _dumps(as_expr(e))
+
+
+def simplify(e: Any, var_sizes: Mapping[str, Any] | None = None) -> Expr:
+    """Expanded, and with ``FloorDiv``/``Mod`` folded where the loop variables' ranges
+    (``0 <= v < size`` for each ``var_sizes`` entry) decide them."""
+    e = sympy.expand(as_expr(e))
+    if var_sizes and e.has(FloorDiv, Mod):
+        ranges = {}
+        for name, size in var_sizes.items():
+            n = to_static(size)
+            ranges[name] = ValueRange(0, n - 1 if n is not None and n > 0 else float("inf"))
+        lookup = lambda s: ranges.get(s.name, _UNBOUNDED)  # noqa: E731
+        e = sympy.expand(_fold_periods(simplify_with_ranges(e, lookup), lookup))
+    return e
+
+
+def _fold_periods(e: Expr, ranges) -> Expr:
+    """``FloorDiv(a, d) -> k`` and ``Mod(a, d) -> a - k*d`` when ``a`` stays inside one period
+    ``[k*d, (k+1)*d)`` (a flipped index ``31 - i`` with ``0 <= i < 8`` is ``3*8 + (7 - i)``)."""
+    if e.is_Atom:
+        return e
+    args = tuple(_fold_periods(a, ranges) for a in e.args)
+    if args != e.args:
+        e = e.func(*args)
+    if isinstance(e, (FloorDiv, Mod)) and e.args[1].is_Integer and int(e.args[1]) > 0:
+        d = int(e.args[1])
+        r = bound(e.args[0], ranges)
+        if r.lo != -float("inf") and r.hi != float("inf") and int(r.lo) // d == int(r.hi) // d:
+            k = int(r.lo) // d
+            return sympy.Integer(k) if isinstance(e, FloorDiv) else sympy.expand(e.args[0] - k * d)
+    return e
+
+
+def equal(a: Any, b: Any) -> bool:
+    """Whether two index expressions are provably equal."""
+    return sympy.expand(as_expr(a) - as_expr(b)) == 0
+
+
+def to_static(e: Any) -> int | None:
+    e = as_expr(e)
+    return int(e) if e.is_Integer else None
+
+
+def hint(e: Any, hints: Mapping[str, int]) -> int:
+    """The value of an expression with every symbol replaced by its hint."""
+    e = as_expr(e)
+    if e.is_Integer:
+        return int(e)
+    return int(evaluate(e, {s.name: hints[s.name] for s in e.free_symbols}))
+
+
+def product(items) -> Expr:
+    out = sympy.Integer(1)
+    for x in items:
+        out = out * as_expr(x)
+    return out
+
+
+def contiguous_strides(size) -> list[Expr]:
+    strides: list[Expr] = []
+    acc = sympy.Integer(1)
+    for d in reversed(list(size)):
+        strides.append(acc)
+        acc = acc * as_expr(d)
+    return list(reversed(strides))
+
+
+def to_dim(e: Any) -> int | str:
+    """An expression as a fireclay-ir dimension: an int when static, else its string form."""
+    e = as_expr(e)
+    return int(e) if e.is_Integer else to_str(e)
+
+
+def evaluate(e: Expr, env: Mapping[str, Any]) -> Any:
+    """Evaluate with symbols bound to ints or to integer tensors (anything with Python
+    arithmetic and ``//`` / ``%``), so the reference executor evaluates whole grids at once."""
+    if e.is_Integer:
+        return int(e)
+    if e.is_Symbol:
+        return env[e.name]
+    if isinstance(e, sympy.Add):
+        out = 0
+        for a in e.args:
+            out = out + evaluate(a, env)
+        return out
+    if isinstance(e, sympy.Mul):
+        out = 1
+        for a in e.args:
+            out = out * evaluate(a, env)
+        return out
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) >= 0:
+        base = evaluate(e.base, env)
+        out = 1
+        for _ in range(int(e.exp)):
+            out = out * base
+        return out
+    if isinstance(e, FloorDiv):
+        return evaluate(e.args[0], env) // evaluate(e.args[1], env)
+    if isinstance(e, Mod):
+        return evaluate(e.args[0], env) % evaluate(e.args[1], env)
+    raise ValueError(f"cannot evaluate index expression {e} (unsupported {type(e).__name__})")

@@ -1,0 +1,161 @@
+"""Inlining: recompute a cheap pointwise producer inside a consumer that cannot share a kernel
+with it (it reads the producer's buffer at another index: a broadcast, a flip, a shifted
+slice...), so the buffer need not be stored for that consumer.
+
+The consumer's body is re-recorded define-by-run: replaying it on a handler that forwards every
+op to a new recorder, except loads of the producer's buffer, which replay the producer's body at
+the loaded position instead. The producer's loop variables are recovered from the flat index
+the consumer loads (``i_k = (index // stride_k) % size_k``, simplified with the consumer's loop
+ranges, so broadcasts and slices fold back to plain variables).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+
+from fireclay_loops import exprs
+from fireclay_loops.body import BodyRecorder, LoopBody
+from fireclay_loops.ir import ComputeNode, LoopProgram
+
+MAX_INLINE_OPS = 24  # producers longer than this are stored rather than recomputed
+
+
+def _producer_vars(p: ComputeNode) -> list[tuple[sympy.Symbol, sympy.Expr, sympy.Expr]] | None:
+    """``(var, stride, size)`` of a pointwise producer that stores at ``sum(var * stride)``
+    (contiguously), or None when its store has another shape."""
+    [(_, index, _)] = p.body.writes()
+    index = sympy.expand(index)
+    out, rest = [], index
+    for v, n in zip(p.body.vars, p.body.sizes):
+        c = index.coeff(v)
+        if c.free_symbols & set(p.body.vars) or exprs.to_static(c) is None or exprs.to_static(c) <= 0:
+            return None
+        out.append((v, c, n))
+        rest = rest - c * v
+    return out if sympy.expand(rest) == 0 else None
+
+
+class _Inliner:
+    """Forwards a consumer's ops to a recorder, replacing loads of ``buffer`` by the producer."""
+
+    def __init__(self, recorder: BodyRecorder, producer: ComputeNode, buffer: str, var_sizes: dict, tag: str):
+        self.recorder = recorder
+        self.producer = producer
+        self.buffer = buffer
+        self.var_sizes = var_sizes
+        self.tag = tag
+        self.count = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.recorder, name)
+
+    def load(self, buf: str, index) -> Any:
+        if buf == self.buffer:
+            return self._inline(index, None)
+        return self.recorder.load(buf, index)
+
+    def masked_load(self, buf: str, index, mask) -> Any:
+        if buf == self.buffer:
+            value = self._inline(index, mask)
+            dtype = self.recorder.body.ops[value.index].dtype
+            return self.recorder.where(mask, value, self.recorder.constant(0, dtype))
+        return self.recorder.masked_load(buf, index, mask)
+
+    def _inline(self, index, mask) -> Any:
+        subs: dict = {}
+        for v, stride, size in _producer_vars(self.producer):
+            subs[v] = exprs.simplify(exprs.modular_indexing(index, stride, size), self.var_sizes)
+        self.count += 1
+        replay = _Replay(self.recorder, mask, subs, f"{self.tag}_{self.count}")
+        self.producer.body.run(replay, subs)
+        return replay.stored
+
+
+class _Replay:
+    """Runs the producer's body into the consumer's recorder; its store becomes the result."""
+
+    def __init__(self, recorder: BodyRecorder, mask: Any, subs: dict, tag: str):
+        self.recorder, self.mask, self.subs, self.tag = recorder, mask, subs, tag
+        self.stored = None
+
+    def __getattr__(self, name: str):
+        return getattr(self.recorder, name)
+
+    def load(self, buf: str, index) -> Any:
+        if self.mask is not None:
+            return self.recorder.masked_load(buf, index, self.mask)
+        return self.recorder.load(buf, index)
+
+    def masked_load(self, buf: str, index, mask) -> Any:
+        if self.mask is not None:
+            mask = self.recorder.logical_and(self.mask, mask)
+        return self.recorder.masked_load(buf, index, mask)
+
+    def indirect_indexing(self, value, size, name: str) -> sympy.Symbol:
+        # Each inlined copy gets its own symbol; later index expressions of the copy use it.
+        new = self.recorder.indirect_indexing(value, size, f"{name}_{self.tag}")
+        self.subs[exprs.symbol(name)] = new
+        return new
+
+    def store(self, buf: str, index, value) -> None:
+        self.stored = value
+
+
+def inline_into(consumer: ComputeNode, producer: ComputeNode, buffer: str, program: LoopProgram) -> ComputeNode:
+    """A copy of ``consumer`` that recomputes ``producer`` instead of loading ``buffer``."""
+    old = consumer.body
+    body = LoopBody(old.sizes, old.reduction_sizes)
+    recorder = BodyRecorder(body, lambda b: program.buffers[b].dtype)
+    var_sizes = {v.name: n for v, n in zip(body.vars + body.reduction_vars, body.sizes + body.reduction_sizes)}
+    old.run(_Inliner(recorder, producer, buffer, var_sizes, f"{producer.name}_{consumer.name}"))
+    meta = dict(consumer.meta)
+    meta["origins"] = list(consumer.meta.get("origins", [])) + [
+        f"(recomputed) {o}" for o in producer.meta.get("origins", [])]
+    return ComputeNode(consumer.name, body, meta)
+
+
+def _outer_loops_of(p: ComputeNode, r: ComputeNode) -> bool:
+    """Whether ``p`` runs over the leading loops of ``r`` (rsqrt(var) of a layer norm feeding
+    the per-element normalisation): fusion over the outer loops beats recomputing it per element."""
+    outer, inner = p.body.sizes, r.body.sizes + r.body.reduction_sizes
+    return len(outer) < len(inner) and all(exprs.equal(a, b) for a, b in zip(outer, inner))
+
+
+def can_inline(p: ComputeNode, outputs: set[str]) -> bool:
+    if p.kind != "pointwise" or len(p.body.ops) > MAX_INLINE_OPS:
+        return False
+    writes = p.body.writes()
+    return len(writes) == 1 and writes[0][0] not in outputs and _producer_vars(p) is not None
+
+
+def inline_pointwise(program: LoopProgram, decisions: list) -> LoopProgram:
+    """A copy of ``program`` where cheap pointwise producers are recomputed by the consumers
+    that could not share their kernel; producers nobody reads any more are dropped."""
+    from fireclay_loops.scheduler import Decision, legal_merge, single_group
+
+    nodes = list(program.nodes)
+    position = {n.name: k for k, n in enumerate(nodes)}
+    outputs = program.output_buffers()
+    for p in list(nodes):
+        if not isinstance(p, ComputeNode) or not can_inline(p, outputs):
+            continue
+        buf = p.body.writes()[0][0]
+        readers = [n for n in nodes if buf in n.read_buffers()]
+        if not readers or not all(isinstance(r, ComputeNode) for r in readers):
+            continue
+        for r in readers:
+            if _outer_loops_of(p, r):
+                continue  # a per-row value: it joins the consumer's kernel over the outer loops
+            merged, reason = legal_merge(single_group(p, position[p.name]), single_group(r, position[r.name]), position)
+            if merged is not None:
+                continue  # the scheduler can fuse them: nothing to recompute
+            k = nodes.index(r)
+            nodes[k] = inline_into(r, p, buf, program)
+            decisions.append(Decision("inline", p.name, r.name, "recompute", f"{reason}; recomputed instead"))
+        if not any(buf in n.read_buffers() for n in nodes):
+            nodes.remove(p)
+    kept = {b for n in nodes for b in n.read_buffers() + n.write_buffers()} | set(program.inputs)
+    return LoopProgram({b: v for b, v in program.buffers.items() if b in kept}, nodes, list(program.inputs),
+                       dict(program.symbols), program.seed, set(program.donated))

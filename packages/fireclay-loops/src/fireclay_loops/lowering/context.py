@@ -1,0 +1,253 @@
+"""Lowering an aten-dialect Program to a :class:`~fireclay_loops.ir.LoopProgram`.
+
+Every aten node goes through its registered lowering (see :mod:`.registry`); views become index
+arithmetic, pointwise ops and reductions become one loop node each (the scheduler fuses them
+later), and ops without a lowering become fallback nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import sympy
+
+from fireclay_ir import Device, DType, Program, ScalarType, SymExpr, TensorMeta, Value
+from fireclay_loops import exprs
+from fireclay_loops.body import record_body
+from fireclay_loops.errors import LoweringError
+from fireclay_loops.ir import (
+    Buffer,
+    ComputeNode,
+    Constant,
+    ExternNode,
+    InputBufferNode,
+    LoopProgram,
+    OutputBufferNode,
+    TensorArg,
+)
+from fireclay_loops.lowering.values import BufferValue, GeneratedValue, TensorValue
+from fireclay_loops.ops import ops
+
+
+class LoweringContext:
+    """State of one lowering: the loop program being built and what each aten value became."""
+
+    def __init__(self, program: Program, seed: int = 0):
+        self.source = program
+        self.graph = program.main
+        self.out = LoopProgram(symbols={n: s.hint for n, s in program.symbols.items()}, seed=seed)
+        self.env: dict[Value, Any] = {}
+        self.node: Any = None  # the aten node being lowered
+        self._counts: dict[str, int] = {}
+        self.random_offset: sympy.Expr = sympy.Integer(0)
+
+    # -- naming
+    def fresh(self, prefix: str) -> str:
+        k = self._counts.get(prefix, 0)
+        self._counts[prefix] = k + 1
+        return f"{prefix}{k}"
+
+    def buffer_dtype(self, name: str) -> str:
+        return self.out.buffers[name].dtype
+
+    def new_buffer(self, size: Sequence[Any], dtype: str, device: str) -> Buffer:
+        buf = Buffer(self.fresh("buf"), dtype, device, list(size), exprs.contiguous_strides(size))
+        self.out.buffers[buf.name] = buf
+        return buf
+
+    def _meta(self) -> dict:
+        node = self.node
+        if node is None:
+            return {}
+        outs = ", ".join(f"%{o.name}" for o in node.outputs)
+        meta: dict[str, Any] = {"origins": [f"{outs} = {node.op}"]}
+        if node.source:
+            meta["source"] = dict(node.source)
+        return meta
+
+    # -- what lowerings call
+    def out_meta(self, i: int = 0) -> tuple[list[sympy.Expr], str, str]:
+        t = self.node.outputs[i].meta
+        return [exprs.as_expr(d) for d in t.shape], t.dtype, t.device
+
+    def pointwise(self, size: Sequence[Any], dtype: str, device: str,
+                  inner: Callable[[list], Any]) -> BufferValue:
+        """A pointwise node computing ``inner(index)`` at every point of ``size``."""
+        size = [exprs.as_expr(s) for s in size]
+        buf = self.new_buffer(size, dtype, device)
+        loop_dims = [k for k, s in enumerate(size) if not exprs.equal(s, 1)]
+
+        def fn(vars, _rvars):
+            index: list[Any] = [sympy.Integer(0)] * len(size)
+            for v, k in zip(vars, loop_dims):
+                index[k] = v
+            value = ops.to_dtype(inner(index), dtype)
+            ops.store(buf.name, sum((i * s for i, s in zip(index, buf.stride)), sympy.Integer(0)), value)
+
+        body = record_body([size[k] for k in loop_dims], [], fn, self.buffer_dtype, self.fresh)
+        self.out.nodes.append(ComputeNode(self.fresh("op"), body, self._meta()))
+        return BufferValue(buf)
+
+    def reduction(self, in_size: Sequence[Any], dims: Sequence[int], keepdim: bool, device: str,
+                  reduction_type: str, acc_dtype: str, inner: Callable[[list], Any],
+                  finals: Sequence[tuple[str, Callable[[Any, sympy.Expr], Any]]],
+                  src_dtype: str | None = None) -> list[BufferValue]:
+        """A reduction node over ``dims`` of ``in_size``; ``inner(index)`` is the value reduced.
+        Each ``(dtype, final)`` of ``finals`` stores ``final(acc, rnumel)`` into one output."""
+        in_size = [exprs.as_expr(s) for s in in_size]
+        n = len(in_size)
+        dims = sorted({d % n for d in dims}) if n else []
+        xdims = [k for k in range(n) if k not in dims and not exprs.equal(in_size[k], 1)]
+        rdims = [k for k in dims if not exprs.equal(in_size[k], 1)]
+        kept = [k for k in range(n) if keepdim or k not in dims]
+        out_size = [in_size[k] if k not in dims else sympy.Integer(1) for k in kept]
+        bufs = [self.new_buffer(out_size, dt, device) for dt, _ in finals]
+        rnumel = exprs.product(in_size[k] for k in dims)
+        out_strides = exprs.contiguous_strides(out_size)
+
+        def fn(vars, rvars):
+            index: list[Any] = [sympy.Integer(0)] * n
+            for v, k in zip(vars, xdims):
+                index[k] = v
+            for v, k in zip(rvars, rdims):
+                index[k] = v
+            value = inner(index)
+            acc = ops.reduction(acc_dtype, src_dtype or acc_dtype, reduction_type, value)
+            out_index = sum((index[k] * out_strides[j] for j, k in enumerate(kept) if k not in dims),
+                            sympy.Integer(0))
+            for buf, (dt, final) in zip(bufs, finals):
+                ops.store_reduction(buf.name, out_index, ops.to_dtype(final(acc, rnumel), dt))
+
+        body = record_body([in_size[k] for k in xdims], [in_size[k] for k in rdims], fn, self.buffer_dtype, self.fresh)
+        self.out.nodes.append(ComputeNode(self.fresh("op"), body, self._meta()))
+        return [BufferValue(b) for b in bufs]
+
+    def realize(self, value: TensorValue) -> BufferValue:
+        """A value in memory: buffers as they are, anything else computed into a new buffer."""
+        if isinstance(value, BufferValue):
+            return value
+        return self.pointwise(value.size, value.dtype, value.device, value.load)
+
+    def realize_strided(self, value: TensorValue) -> TensorArg:
+        v = self.realize(value)
+        if any(exprs.to_static(s) is not None and exprs.to_static(s) < 0 for s in v.stride):
+            # Library kernels take non-negative strides only (a flipped view is copied).
+            v = self.pointwise(v.size, v.dtype, v.device, v.load)
+        return TensorArg(v.buffer.name, tuple(v.size), tuple(v.stride), v.offset)
+
+    def extern(self, op: str, args: tuple, kwargs: dict, kind: str = "extern") -> tuple[BufferValue, ...]:
+        """An extern (or fallback) call writing the current node's tensor outputs."""
+        outs: list[Buffer] = []
+        for o in self.node.outputs:
+            if not o.is_tensor:
+                raise LoweringError(f"{op} returns a non-tensor value %{o.name}; it cannot be an extern call",
+                                    self.node)
+            t = o.meta
+            size = [exprs.as_expr(d) for d in t.shape]
+            stride = [exprs.as_expr(s) for s in t.strides] if t.strides is not None else exprs.contiguous_strides(size)
+            buf = Buffer(self.fresh("buf"), t.dtype, t.device, size, stride)
+            self.out.buffers[buf.name] = buf
+            outs.append(buf)
+        self.out.nodes.append(ExternNode(self.fresh("op"), op, args, kwargs, [b.name for b in outs], kind,
+                                         self._meta()))
+        return tuple(BufferValue(b) for b in outs)
+
+    def constant(self, value: Any, size: Sequence[Any], dtype: str, device: str) -> GeneratedValue:
+        return GeneratedValue(size, dtype, device, lambda idx, mask=None: ops.constant(value, dtype))
+
+
+def convert_arg(ctx: LoweringContext, a: Any) -> Any:
+    """An aten argument as lowerings see it: tensors as TensorValues, sizes as sympy expressions,
+    dtypes and devices as their names."""
+    if isinstance(a, Value):
+        if a not in ctx.env:
+            raise LoweringError(f"%{a.name} is used before it is defined", ctx.node)
+        return ctx.env[a]
+    if isinstance(a, SymExpr):
+        return exprs.parse(a.expr)
+    if isinstance(a, (DType, Device)):
+        return a.name
+    if isinstance(a, list):
+        return [convert_arg(ctx, x) for x in a]
+    if isinstance(a, tuple):
+        return tuple(convert_arg(ctx, x) for x in a)
+    return a
+
+
+def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = ()) -> LoopProgram:
+    """Lower the entry graph of an aten-dialect program. ``donated`` lists positions of inputs
+    whose memory the program may reuse once they are dead."""
+    from fireclay_loops.lowering.registry import lowering_for
+
+    ctx = LoweringContext(program, seed)
+    graph = ctx.graph
+    for pos, v in enumerate(graph.inputs):
+        if isinstance(v.type, ScalarType):
+            raise LoweringError(f"scalar graph input %{v.name} is not supported yet; pass sizes as symbols")
+        t: TensorMeta = v.meta
+        size = [exprs.as_expr(d) for d in t.shape]
+        stride = [exprs.as_expr(s) for s in t.strides] if t.strides is not None else exprs.contiguous_strides(size)
+        buf = Buffer(f"in_{v.name}", t.dtype, t.device, size, stride, t.storage_offset, is_input=True)
+        ctx.out.buffers[buf.name] = buf
+        ctx.out.inputs.append(buf.name)
+        ctx.out.nodes.append(InputBufferNode(f"input_{v.name}", buf.name, pos))
+        ctx.env[v] = BufferValue(buf)
+        if pos in donated:
+            ctx.out.donated.add(buf.name)
+    for node in graph.nodes:
+        ctx.node = node
+        if node.dialect != "aten":
+            raise LoweringError(f"fireclay-loops lowers aten-dialect programs; got {node.op}", node)
+        args = convert_arg(ctx, node.args)
+        kwargs = {k: convert_arg(ctx, v) for k, v in node.kwargs.items()}
+        rule = lowering_for(node.target)
+        result = rule(ctx, *args, **kwargs) if rule is not None else fallback(ctx)
+        results = list(result) if isinstance(result, (tuple, list)) else [result]
+        if len(results) != len(node.outputs):
+            raise LoweringError(f"lowering of {node.op} gave {len(results)} results for "
+                                f"{len(node.outputs)} outputs", node)
+        for out, r in zip(node.outputs, results):
+            ctx.env[out] = r
+    ctx.node = None
+    outputs: list[Any] = []
+    for o in graph.outputs:
+        v = convert_arg(ctx, o)
+        if isinstance(v, TensorValue):
+            if isinstance(v, BufferValue) and v.is_whole_buffer():
+                outputs.append(v.buffer.name)
+            else:
+                outputs.append(ctx.realize(_as_contiguous_copy(v)).buffer.name)
+        elif isinstance(v, sympy.Basic):
+            outputs.append(Constant(int(v) if v.is_Integer else exprs.to_str(v)))
+        else:
+            outputs.append(Constant(v))
+    ctx.out.nodes.append(OutputBufferNode("output", outputs))
+    return ctx.out
+
+
+def _as_contiguous_copy(v: TensorValue) -> TensorValue:
+    # A view that is returned gets its own buffer: outputs never alias other buffers' storage.
+    if isinstance(v, BufferValue):
+        return GeneratedValue(v.size, v.dtype, v.device, v.load)
+    return v
+
+
+def fallback(ctx: LoweringContext, node: Any = None, kind: str = "fallback") -> tuple[BufferValue, ...]:
+    """Call the aten op as is. Tensor arguments go by reference (strided views of buffers);
+    every other argument keeps its fireclay-ir form (DType, Device, SymExpr...)."""
+    node = node or ctx.node
+
+    def arg(a: Any) -> Any:
+        if isinstance(a, Value):
+            v = convert_arg(ctx, a)
+            if isinstance(v, TensorValue):
+                return ctx.realize_strided(v)
+            return v
+        if isinstance(a, SymExpr):
+            return exprs.parse(a.expr)
+        if isinstance(a, (list, tuple)):
+            return type(a)(arg(x) for x in a)
+        return a
+
+    return ctx.extern(node.op, arg(node.args), {k: arg(v) for k, v in node.kwargs.items()}, kind=kind)

@@ -1,0 +1,287 @@
+"""Indexing and data movement: gather, embedding, index_select, advanced indexing, cat, stack,
+constant padding; and values computed from the index alone: constants, arange, random numbers
+(counter-based, keyed by the program's seed, so a program gives the same numbers every run)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+
+from fireclay_loops import dtypes, exprs
+from fireclay_loops.lowering.registry import register_lowering
+from fireclay_loops.lowering.values import GeneratedValue, TensorValue, load_broadcast, view
+from fireclay_loops.ops import ops
+
+
+def _indirect(index_tensor: TensorValue, idx: list, size: Any, mask: Any = None):
+    """The symbol for ``index_tensor[idx]`` as an index into a dimension of ``size``; negative
+    indices count from the end, as in eager."""
+    v = ops.to_dtype(index_tensor.load(idx, mask), "int64")
+    v = ops.where(ops.lt(v, ops.constant(0, "int64")),
+                  ops.add(v, ops.to_dtype(ops.index_expr(size, "int64"), "int64")), v)
+    return ops.indirect_indexing(v, size)
+
+
+@register_lowering("gather.default")
+def lower_gather(ctx, x, dim, index, sparse_grad=False):
+    dim = dim % x.rank if x.rank else 0
+
+    def fn(idx, mask=None):
+        old = list(idx)
+        if x.rank:
+            old[dim] = _indirect(index, idx, x.size[dim], mask)
+        return x.load(old, mask)
+
+    return GeneratedValue(index.size, x.dtype, x.device, fn)
+
+
+@register_lowering("index_select.default")
+def lower_index_select(ctx, x, dim, index):
+    dim = dim % x.rank if x.rank else 0
+    size = ctx.out_meta()[0]
+
+    def fn(idx, mask=None):
+        old = list(idx)
+        if x.rank:
+            pos = [idx[dim]] if index.rank else []
+            old[dim] = _indirect(index, pos, x.size[dim], mask)
+        return x.load(old, mask)
+
+    return GeneratedValue(size, x.dtype, x.device, fn)
+
+
+@register_lowering("embedding.default")
+def lower_embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    size = ctx.out_meta()[0]
+    k = indices.rank
+
+    def fn(idx, mask=None):
+        row = _indirect(indices, list(idx[:k]), weight.size[0], mask)
+        return weight.load([row, idx[k]], mask)
+
+    return GeneratedValue(size, weight.dtype, weight.device, fn)
+
+
+@register_lowering("index.Tensor")
+def lower_index(ctx, x, indices):
+    size = ctx.out_meta()[0]
+    positions = [k for k, t in enumerate(indices) if t is not None]
+    tensors = [indices[k] for k in positions]
+    brank = max(t.rank for t in tensors)
+    adjacent = positions == list(range(positions[0], positions[-1] + 1))
+    start = positions[0] if adjacent else 0
+    bshape = size[start:start + brank]
+    rest = [k for k in range(x.rank) if k not in positions]
+
+    def fn(idx, mask=None):
+        bidx = list(idx[start:start + brank])
+        old: list[Any] = [None] * x.rank
+        for k, t in zip(positions, tensors):
+            # boolean masks were turned into integer indices by the aten decomposition
+            old[k] = _indirect_broadcast(t, bidx, bshape, x.size[k], mask)
+        out_pos = [j for j in range(len(size)) if not (start <= j < start + brank)]
+        for j, k in zip(out_pos, rest):
+            old[k] = idx[j]
+        return x.load(old, mask)
+
+    return GeneratedValue(size, x.dtype, x.device, fn)
+
+
+def _indirect_broadcast(t: TensorValue, bidx: list, bshape: list, dim_size: Any, mask: Any = None):
+    lead = len(bshape) - t.rank
+    sub = [sympy.Integer(0) if exprs.equal(t.size[k], 1) else bidx[lead + k] for k in range(t.rank)]
+    return _indirect(t, sub, dim_size, mask)
+
+
+# --------------------------------------------------------------------------- cat, stack, pad
+
+
+def _in_range(i, lo, hi):
+    iv = ops.index_expr(i, "int64")
+    return ops.logical_and(ops.ge(iv, ops.to_dtype(ops.index_expr(lo, "int64"), "int64")),
+                           ops.lt(iv, ops.to_dtype(ops.index_expr(hi, "int64"), "int64")))
+
+
+@register_lowering("cat.default")
+def lower_cat(ctx, tensors, dim=0):
+    size, dtype, device = ctx.out_meta()
+    parts = [t for t in tensors if not (t.rank == 1 and exprs.equal(t.size[0], 0) and len(size) != 1)]
+    dim = dim % len(size)
+    compute = dtypes.compute_dtype(dtype)
+
+    def fn(idx, outer=None):
+        out = None
+        offset = sympy.Integer(0)
+        for t in parts:
+            n = t.size[dim]
+            mask = _in_range(idx[dim], offset, offset + n)
+            shifted = list(idx)
+            shifted[dim] = idx[dim] - offset
+            load_mask = mask if outer is None else ops.logical_and(outer, mask)
+            v = ops.to_dtype(t.load(shifted, load_mask), compute)
+            out = v if out is None else ops.where(mask, v, out)
+            offset = offset + n
+        return out
+
+    return GeneratedValue(size, dtype, device, fn)
+
+
+@register_lowering("stack.default")
+def lower_stack(ctx, tensors, dim=0):
+    size = ctx.out_meta()[0]
+    dim = dim % len(size)
+    unsqueezed = [view(t, t.size[:dim] + [sympy.Integer(1)] + t.size[dim:],
+                       lambda idx, d=dim: list(idx[:d]) + list(idx[d + 1:])) for t in tensors]
+    return lower_cat(ctx, unsqueezed, dim)
+
+
+@register_lowering("constant_pad_nd.default")
+def lower_constant_pad_nd(ctx, x, pad, value=0):
+    size, dtype, device = ctx.out_meta()
+    pads = {x.rank - 1 - k: (pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)}
+    compute = dtypes.compute_dtype(dtype)
+
+    def fn(idx, outer=None):
+        old = list(idx)
+        mask = outer
+        for d, (left, _right) in pads.items():
+            old[d] = idx[d] - left
+            m = _in_range(old[d], 0, x.size[d])
+            mask = m if mask is None else ops.logical_and(mask, m)
+        if mask is None or mask is outer:
+            return x.load(old, outer)
+        return ops.where(mask, ops.to_dtype(x.load(old, mask), compute), ops.constant(value, compute))
+
+    return GeneratedValue(size, dtype, device, fn)
+
+
+# --------------------------------------------------------------------------- constants, ranges
+
+
+def _full(ctx, value):
+    size, dtype, device = ctx.out_meta()
+    if isinstance(value, sympy.Basic):
+        return GeneratedValue(size, dtype, device,
+                              lambda idx, mask=None: ops.to_dtype(ops.index_expr(value, "int64"), dtype))
+    return ctx.constant(value, size, dtype, device)
+
+
+@register_lowering("full.default")
+def lower_full(ctx, size, fill_value, **_kwargs):
+    return _full(ctx, fill_value)
+
+
+@register_lowering("full_like.default", "fill.Scalar", "new_full.default")
+def lower_full_like(ctx, x, fill_value, **_kwargs):
+    return _full(ctx, fill_value)
+
+
+@register_lowering("zeros.default", "empty.memory_format", "new_zeros.default", "new_empty.default")
+def lower_zeros(ctx, size, *_args, **_kwargs):
+    return _full(ctx, 0)
+
+
+@register_lowering("zeros_like.default", "empty_like.default")
+def lower_zeros_like(ctx, x, **_kwargs):
+    return _full(ctx, 0)
+
+
+@register_lowering("ones.default", "new_ones.default")
+def lower_ones(ctx, size, *_args, **_kwargs):
+    return _full(ctx, 1)
+
+
+@register_lowering("ones_like.default")
+def lower_ones_like(ctx, x, **_kwargs):
+    return _full(ctx, 1)
+
+
+@register_lowering("scalar_tensor.default")
+def lower_scalar_tensor(ctx, value, **_kwargs):
+    return _full(ctx, value)
+
+
+@register_lowering("arange.start_step", "arange.start", "arange.default")
+def lower_arange(ctx, *args, **_kwargs):
+    numbers = [a for a in args if isinstance(a, (int, float, sympy.Basic)) and not isinstance(a, bool)]
+    start, step = (0, 1) if len(numbers) == 1 else (numbers[0], numbers[2] if len(numbers) > 2 else 1)
+    size, dtype, device = ctx.out_meta()
+
+    def fn(idx, mask=None):
+        i = idx[0]
+        if dtypes.is_int(dtype) and all(isinstance(v, (int, sympy.Basic)) for v in (start, step)):
+            return ops.to_dtype(ops.index_expr(exprs.as_expr(start) + i * step, "int64"), dtype)
+        # Like eager, float ranges are computed as start + i * step in double precision.
+        pos = ops.to_dtype(ops.index_expr(i, "int64"), "float64")
+        return ops.add(ops.constant(float(start), "float64"), ops.mul(pos, ops.constant(float(step), "float64")))
+
+    return GeneratedValue(size, dtype, device, fn)
+
+
+# --------------------------------------------------------------------------- random
+
+
+def _random(ctx, kind: str, size=None, device=None):
+    """Counter-based random numbers: element ``i`` of this op is Philox(seed, base + i), where
+    ``base`` moves past every earlier random op of the program, so ops never share numbers."""
+    out_size, dtype, out_device = ctx.out_meta()
+    size = out_size if size is None else size
+    base = ctx.random_offset
+    ctx.random_offset = base + exprs.product(size)
+    strides = exprs.contiguous_strides(size)
+    seed = ctx.out.seed
+
+    def fn(idx, mask=None):
+        flat = base + sum((i * s for i, s in zip(idx, strides)), sympy.Integer(0))
+        return ops.random(kind, seed, flat)
+
+    return GeneratedValue(size, "float32", device or out_device, fn)
+
+
+@register_lowering("rand.default", "rand_like.default")
+def lower_rand(ctx, *_args, **_kwargs):
+    size, dtype, device = ctx.out_meta()
+    r = _random(ctx, "rand")
+    return GeneratedValue(size, dtype, device, lambda idx, mask=None: ops.to_dtype(r.load(idx), dtype))
+
+
+@register_lowering("randn.default", "randn_like.default")
+def lower_randn(ctx, *_args, **_kwargs):
+    size, dtype, device = ctx.out_meta()
+    r = _random(ctx, "randn")
+    return GeneratedValue(size, dtype, device, lambda idx, mask=None: ops.to_dtype(r.load(idx), dtype))
+
+
+@register_lowering("bernoulli.p")
+def lower_bernoulli_p(ctx, x, p=0.5, generator=None):
+    size, dtype, device = ctx.out_meta()
+    r = _random(ctx, "rand")
+    return GeneratedValue(size, dtype, device, lambda idx, mask=None: ops.to_dtype(
+        ops.lt(r.load(idx), ops.constant(float(p), "float32")), dtype))
+
+
+@register_lowering("bernoulli.default")
+def lower_bernoulli(ctx, probs, generator=None):
+    size, dtype, device = ctx.out_meta()
+    r = _random(ctx, "rand")
+    return GeneratedValue(size, dtype, device, lambda idx, mask=None: ops.to_dtype(
+        ops.lt(r.load(idx), ops.to_dtype(probs.load(idx, mask), "float32")), dtype))
+
+
+@register_lowering("native_dropout.default")
+def lower_native_dropout(ctx, x, p, train):
+    size, dtype, device = ctx.out_meta()
+    mask_size, mask_dtype, _ = ctx.out_meta(1)
+    if not train or p == 0:
+        return x, ctx.constant(True, mask_size, mask_dtype, device)
+    r = _random(ctx, "rand")
+    keep = 1.0 - float(p)
+    compute = dtypes.compute_dtype(dtype)
+    mask = ctx.pointwise(size, "bool", device, lambda idx: ops.lt(r.load(idx), ops.constant(keep, "float32")))
+
+    def out(idx):
+        m = ops.to_dtype(load_broadcast(mask, idx, size), compute)
+        return ops.mul(ops.mul(ops.to_dtype(x.load(idx), compute), m), ops.constant(1.0 / keep, compute))
+
+    return ctx.pointwise(size, dtype, device, out), mask

@@ -1,0 +1,45 @@
+"""The lowering table: one registration per aten op (``"add.Tensor"`` for ``aten::add.Tensor``).
+
+A lowering is ``fn(ctx, *args, **kwargs)`` with tensor arguments as TensorValues; it returns a
+TensorValue (or a tuple, one per output of the aten node). Ops absent from the table become
+fallback nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+LOWERINGS: dict[str, Callable] = {}
+
+
+def register_lowering(*targets: str):
+    def deco(fn: Callable) -> Callable:
+        for t in targets:
+            if t in LOWERINGS:
+                raise ValueError(f"aten::{t} already has a lowering ({LOWERINGS[t].__name__})")
+            LOWERINGS[t] = fn
+        return fn
+
+    return deco
+
+
+def lowering_for(target: str) -> Callable | None:
+    _load_tables()
+    return LOWERINGS.get(target)
+
+
+_loaded = False
+
+
+def _load_tables() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    from fireclay_loops.lowering import (  # noqa: F401  (importing registers the rules)
+        extern,
+        indexing,
+        pointwise,
+        reductions,
+        views,
+    )

@@ -1,0 +1,92 @@
+"""The ``ops`` handler interface: the vocabulary loop bodies are written in.
+
+A lowering writes a loop body as ordinary Python calling ``ops.load(buf, index)``,
+``ops.add(a, b)``, ``ops.reduction(...)``, ``ops.store(buf, index, value)``... Each call goes to
+the *current handler*; the same body can therefore be recorded (:class:`~fireclay_loops.body.
+BodyRecorder`), printed, run by the reference executor, or generated as C++/Triton by handing it
+a different handler. A handler is any object with methods of these names.
+
+Vocabulary (the closed set; :data:`OPS` is the table):
+
+* memory: ``load(buf, index)``, ``masked_load(buf, index, mask)`` (0 where ``mask`` is false, and
+  the address is not touched there), ``store(buf, index, value)``,
+  ``store_reduction(buf, index, value)`` (the result of a reduction, index over the outer loop
+  variables only);
+* values: ``constant(value, dtype)``, ``index_expr(expr, dtype)``, ``to_dtype(x, dtype)``,
+  ``random(kind, seed, offset)`` (``kind`` "rand" uniform in [0, 1) or "randn" standard normal,
+  Philox4x32-10 keyed by ``seed`` at counter ``offset``, float32);
+* indirection: ``indirect_indexing(value, size)`` turns a loaded integer into a symbol
+  (``ind3``) that later index expressions may use (gather, embedding, advanced indexing); the
+  value must already be in ``[0, size)``;
+* reduction: ``reduction(dtype, src_dtype, reduction_type, value)`` over all reduction variables,
+  ``getitem(value, i)`` for the parts of a multi-part result (welford: mean, m2, count);
+* math: the unary, binary and ternary ops of :data:`MATH_OPS`.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any
+
+UNARY = (
+    "neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
+    "atanh", "erf", "erfc", "sigmoid", "relu", "reciprocal", "floor", "ceil", "round", "trunc",
+    "sign", "square", "bitwise_not", "logical_not", "isnan", "isinf", "lgamma", "frac",
+)
+BINARY = (
+    "add", "sub", "mul", "truediv", "floordiv", "remainder", "fmod", "pow", "maximum", "minimum",
+    "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+    "bitwise_and", "bitwise_or", "bitwise_xor", "copysign",
+)
+TERNARY = ("where",)
+MATH_OPS: dict[str, int] = {**{n: 1 for n in UNARY}, **{n: 2 for n in BINARY}, **{n: 3 for n in TERNARY}}
+BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+               "logical_not", "isnan", "isinf"}
+
+REDUCTION_TYPES = ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin", "welford")
+
+MEMORY_OPS = ("load", "masked_load", "store", "store_reduction")
+VALUE_OPS = ("constant", "index_expr", "to_dtype", "random", "indirect_indexing", "reduction", "getitem")
+OPS: tuple[str, ...] = MEMORY_OPS + VALUE_OPS + tuple(MATH_OPS)
+
+_state = threading.local()
+
+
+def current_handler() -> Any:
+    stack = getattr(_state, "stack", None)
+    if not stack:
+        raise RuntimeError("ops.* called outside a handler: wrap the call in `with use_handler(h):`")
+    return stack[-1]
+
+
+@contextmanager
+def use_handler(handler: Any):
+    """Route ``ops.*`` calls to ``handler`` inside the block."""
+    stack = getattr(_state, "stack", None)
+    if stack is None:
+        stack = _state.stack = []
+    stack.append(handler)
+    try:
+        yield handler
+    finally:
+        stack.pop()
+
+
+class _Ops:
+    """``ops.name(...)`` forwards to the current handler's ``name`` method."""
+
+    def __getattr__(self, name: str):
+        if name not in _OPS_SET:
+            raise AttributeError(f"ops.{name} is not in the loop-body vocabulary")
+
+        def call(*args, **kwargs):
+            return getattr(current_handler(), name)(*args, **kwargs)
+
+        call.__name__ = name
+        return call
+
+
+_OPS_SET = frozenset(OPS)
+ops = _Ops()

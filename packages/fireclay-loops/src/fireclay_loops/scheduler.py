@@ -1,0 +1,404 @@
+"""The scheduler: fuse loop nodes into kernels, order them, plan memory.
+
+Passes, in order (:func:`schedule`):
+
+1. ``initial_groups``    — one candidate kernel per pointwise/reduction node;
+2. ``fuse``              — greedy fusion, best score first, until nothing changes:
+   vertical (producer into consumer, pointwise into a reduction's prologue/epilogue) and
+   horizontal (independent nodes that read the same buffers over the same iteration space);
+   legal only if no cycle appears, the iteration spaces agree, and every buffer passed between
+   the two is read at exactly the index it is written (read/write index analysis); profitable
+   only if memory traffic is saved (the score, in bytes);
+3. ``order_steps``       — topological order of kernels and extern calls;
+4. ``finish_kernels``    — reduction-loop stages and internal (never stored) buffers;
+5. ``plan_memory``       — buffer lifetimes and reuse (:mod:`fireclay_loops.memory`).
+
+Every fusion considered leaves a :class:`Decision` with its reason, for the report.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import sympy
+
+from fireclay_loops import exprs
+from fireclay_loops.config import config
+from fireclay_loops.ir import ComputeNode, ExternNode, LoopProgram
+from fireclay_loops.kernel import Kernel, KernelNode
+
+
+@dataclass
+class Decision:
+    action: str  # "fuse", "keep apart" or "inline"
+    first: str
+    second: str
+    kind: str  # "vertical" or "horizontal"
+    reason: str
+    bytes_saved: int = 0
+
+    def __str__(self) -> str:
+        saved = f", saves {self.bytes_saved} bytes" if self.action == "fuse" else ""
+        return f"{self.action} {self.first} + {self.second} ({self.kind}): {self.reason}{saved}"
+
+
+@dataclass
+class Group:
+    """A kernel being formed: nodes in program order over a shared iteration space."""
+
+    nodes: list[ComputeNode]
+    xsizes: list[sympy.Expr]
+    rsizes: list[sympy.Expr]
+    var_maps: dict[str, dict]
+    order: int
+
+    def __post_init__(self) -> None:
+        self.name = "+".join(n.name for n in self.nodes)
+        self._accesses: dict[str, list] = {}
+        self._reads = {b for b, _, _ in self.accesses("read")}
+        self._writes = {b for b, _, _ in self.accesses("write")}
+
+    def accesses(self, which: str) -> list[tuple[str, sympy.Expr, ComputeNode]]:
+        """``(buffer, index in kernel variables, node)`` of every read or write."""
+        if which not in self._accesses:
+            out = []
+            for n in self.nodes:
+                items = n.body.reads() if which == "read" else n.body.writes()
+                out.extend((b, i.xreplace(self.var_maps[n.name]), n) for b, i, _ in items)
+            self._accesses[which] = out
+        return self._accesses[which]
+
+    def reads(self) -> set[str]:
+        return self._reads
+
+    def writes(self) -> set[str]:
+        return self._writes
+
+
+@dataclass
+class FusionState:
+    program: LoopProgram
+    groups: list[Group]
+    externs: list[ExternNode]
+    position: dict[str, int]
+    decisions: list[Decision] = field(default_factory=list)
+
+
+def single_group(n: ComputeNode, order: int) -> Group:
+    """A candidate kernel holding one node, its loops as the kernel's."""
+    b = n.body
+    xs = [exprs.symbol(f"x{j}") for j in range(len(b.vars))]
+    rs = [exprs.symbol(f"r{j}") for j in range(len(b.reduction_vars))]
+    var_map = dict(zip(b.vars, xs)) | dict(zip(b.reduction_vars, rs))
+    return Group([n], list(b.sizes), list(b.reduction_sizes), {n.name: var_map}, order)
+
+
+def initial_groups(program: LoopProgram) -> FusionState:
+    groups, externs, position = [], [], {}
+    for k, n in enumerate(program.nodes):
+        position[n.name] = k
+        if isinstance(n, ComputeNode):
+            groups.append(single_group(n, k))
+        elif isinstance(n, ExternNode):
+            externs.append(n)
+    return FusionState(program, groups, externs, position)
+
+
+# --------------------------------------------------------------------------- legality
+
+
+def _same_sizes(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(exprs.equal(x, y) for x, y in zip(a, b))
+
+
+def _candidate_maps(base: Group, other: Group) -> list[dict]:
+    """Ways to map ``other``'s kernel variables onto ``base``'s, most natural first."""
+    bx = [exprs.symbol(f"x{j}") for j in range(len(base.xsizes))]
+    br = [exprs.symbol(f"r{j}") for j in range(len(base.rsizes))]
+    ox = [exprs.symbol(f"x{j}") for j in range(len(other.xsizes))]
+    orr = [exprs.symbol(f"r{j}") for j in range(len(other.rsizes))]
+    if other.rsizes:
+        if _same_sizes(base.xsizes, other.xsizes) and _same_sizes(base.rsizes, other.rsizes):
+            return [dict(zip(ox, bx)) | dict(zip(orr, br))]
+        return []
+    maps = []
+    if base.rsizes and _same_sizes(base.xsizes, other.xsizes):
+        maps.append(dict(zip(ox, bx)))  # over the outer loops only: a reduction's epilogue side
+    full_vars, full_sizes = bx + br, base.xsizes + base.rsizes
+    if len(other.xsizes) == len(full_sizes) and len(full_sizes) <= config.max_permutation_rank:
+        for perm in itertools.permutations(range(len(full_sizes))):
+            if all(exprs.equal(other.xsizes[j], full_sizes[p]) for j, p in enumerate(perm)):
+                maps.append({ox[j]: full_vars[p] for j, p in enumerate(perm)})
+    return maps
+
+
+def _remap(group: Group, mapping: dict) -> dict[str, dict]:
+    return {name: {v: e.xreplace(mapping) for v, e in vm.items()} for name, vm in group.var_maps.items()}
+
+
+def _index_conflict(writer: list, reader: list) -> str | None:
+    """Why the reader cannot take the writer's values in registers, or None."""
+    written = {}
+    for b, idx, _node in writer:
+        if b in written and not exprs.equal(written[b], idx):
+            return f"{b} is written at two different indices"
+        written[b] = idx
+    for b, idx, n in reader:
+        if b in written and not exprs.equal(written[b], idx):
+            return f"{n.name} reads {b} at {exprs.to_str(idx)} but it is written at {exprs.to_str(written[b])}"
+    return None
+
+
+class StepGraph:
+    """Which steps (groups and extern calls) feed which, for the cycle check of a fusion."""
+
+    def __init__(self, state: FusionState):
+        steps = [(g.name, g.reads(), g.writes()) for g in state.groups] + \
+                [(e.name, set(e.read_buffers()), set(e.write_buffers())) for e in state.externs]
+        readers: dict[str, list[str]] = {}
+        for name, reads, _ in steps:
+            for b in reads:
+                readers.setdefault(b, []).append(name)
+        self.succ = {name: {r for b in writes for r in readers.get(b, ()) if r != name} for name, _, writes in steps}
+
+    def merge(self, a: str, b: str, merged: str) -> None:
+        """Replace steps ``a`` and ``b`` by their fusion ``merged``."""
+        succ = (self.succ.pop(a, set()) | self.succ.pop(b, set())) - {a, b}
+        for nexts in self.succ.values():
+            if a in nexts or b in nexts:
+                nexts.discard(a)
+                nexts.discard(b)
+                nexts.add(merged)
+        self.succ[merged] = succ
+
+    def path_outside(self, a: str, b: str) -> bool:
+        """Whether a path ``a -> ... -> b`` passes through some third step."""
+        stack = [s for s in self.succ.get(a, ()) if s != b]
+        seen = set(stack)
+        while stack:
+            cur = stack.pop()
+            for nxt in self.succ.get(cur, ()):
+                if nxt == b:
+                    return True
+                if nxt not in seen and nxt != a:
+                    seen.add(nxt)
+                    stack.append(nxt)
+        return False
+
+
+def try_fuse(state: FusionState, a: Group, b: Group, graph: StepGraph | None = None) -> tuple[Group | None, str]:
+    """The fused group and why, or None and why not."""
+    if state.position[a.nodes[0].name] > state.position[b.nodes[0].name]:
+        a, b = b, a
+    graph = graph or StepGraph(state)
+    if graph.path_outside(a.name, b.name) or graph.path_outside(b.name, a.name):
+        return None, "another kernel or extern call runs between them"
+    return legal_merge(a, b, state.position)
+
+
+def legal_merge(a: Group, b: Group, position: dict[str, int]) -> tuple[Group | None, str]:
+    """``a`` (the earlier) and ``b`` merged over one iteration space, if their loops can be
+    matched so that every buffer passed between them is read where it is written."""
+    if a.rsizes and b.rsizes or not b.rsizes:
+        base, other = a, b
+    else:
+        base, other = b, a
+    maps = _candidate_maps(base, other)
+    if not maps:
+        return None, (f"iteration spaces differ: {_space(base)} vs {_space(other)}")
+    reason = "no mapping of the loops"
+    for mapping in maps:
+        var_maps = dict(base.var_maps) | _remap(other, mapping)
+        merged = Group(sorted(a.nodes + b.nodes, key=lambda n: position[n.name]),
+                       list(base.xsizes), list(base.rsizes), var_maps, min(a.order, b.order))
+        first, second = (a, b)
+        w1 = [(x, i.xreplace(mapping) if first is other else i, n) for x, i, n in first.accesses("write")]
+        r2 = [(x, i.xreplace(mapping) if second is other else i, n) for x, i, n in second.accesses("read")]
+        w2 = [(x, i.xreplace(mapping) if second is other else i, n) for x, i, n in second.accesses("write")]
+        r1 = [(x, i.xreplace(mapping) if first is other else i, n) for x, i, n in first.accesses("read")]
+        conflict = _index_conflict(w1, r2) or _index_conflict(w2, r1)
+        if conflict is None:
+            return merged, "same iteration space, every shared buffer read where it is written"
+        reason = conflict
+    return None, reason
+
+
+def _space(g: Group) -> str:
+    xs = ", ".join(exprs.to_str(s) for s in g.xsizes)
+    rs = ", ".join(exprs.to_str(s) for s in g.rsizes)
+    return f"[{xs}]" + (f" x r[{rs}]" if g.rsizes else "")
+
+
+# --------------------------------------------------------------------------- profitability
+
+
+def _readers(state: FusionState) -> dict[str, set[str]]:
+    readers: dict[str, set[str]] = {}
+    for g in state.groups:
+        for buf in g.reads():
+            readers.setdefault(buf, set()).add(g.name)
+    for e in state.externs:
+        for buf in e.read_buffers():
+            readers.setdefault(buf, set()).add(e.name)
+    return readers
+
+
+def fusion_score(state: FusionState, a: Group, b: Group, readers: dict[str, set[str]] | None = None) -> tuple[int, str]:
+    """Bytes of memory traffic the fusion saves, and whether it is vertical or horizontal."""
+    prog = state.program
+    outputs = prog.output_buffers()
+    readers = _readers(state) if readers is None else readers
+    saved = 0
+    vertical = False
+    for src, dst in ((a, b), (b, a)):
+        for buf in src.writes() & dst.reads():
+            vertical = True
+            nbytes = prog.hint(prog.buffers[buf].nbytes)
+            others = readers.get(buf, set()) - {a.name, b.name}
+            saved += nbytes if others or buf in outputs else 2 * nbytes
+    for buf in (a.reads() & b.reads()) - a.writes() - b.writes():
+        saved += prog.hint(prog.buffers[buf].nbytes)
+    return saved, "vertical" if vertical else "horizontal"
+
+
+def _related_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
+    """Pairs of groups that touch a common buffer (one writes what the other reads, or both
+    read it), in a deterministic order."""
+    touching: dict[str, list[int]] = {}
+    for k, g in enumerate(groups):
+        for b in g.reads() | g.writes():
+            touching.setdefault(b, []).append(k)
+    pairs: set[tuple[int, int]] = set()
+    for ks in touching.values():
+        pairs.update(itertools.combinations(sorted(set(ks)), 2))
+    return [(groups[i], groups[j]) for i, j in sorted(pairs)]
+
+
+def fuse(state: FusionState) -> None:
+    tried: set[tuple[str, str]] = set()
+    for _ in range(config.max_fusion_rounds):
+        pairs = []
+        readers = _readers(state)
+        for a, b in _related_pairs(state.groups):
+            if a.writes() & b.writes():
+                continue
+            score, kind = fusion_score(state, a, b, readers)
+            pairs.append((score, -min(a.order, b.order), a, b, kind))
+        pairs.sort(key=lambda p: (-p[0], -p[1]))
+        changed = False
+        used: set[str] = set()
+        graph = StepGraph(state)
+        for score, _, a, b, kind in pairs:
+            if a.name in used or b.name in used:
+                continue
+            key = (a.name, b.name)
+            if score <= 0:
+                if key not in tried:
+                    tried.add(key)
+                    state.decisions.append(Decision("keep apart", a.name, b.name, kind, "no memory traffic saved"))
+                continue
+            merged, reason = try_fuse(state, a, b, graph)
+            if merged is None:
+                if key not in tried:
+                    tried.add(key)
+                    state.decisions.append(Decision("keep apart", a.name, b.name, kind, reason))
+                continue
+            state.decisions.append(Decision("fuse", a.name, b.name, kind, reason, score))
+            state.groups = [g for g in state.groups if g is not a and g is not b] + [merged]
+            used |= {a.name, b.name}
+            graph.merge(a.name, b.name, merged.name)
+            changed = True
+        if not changed:
+            return
+
+
+# --------------------------------------------------------------------------- order and finish
+
+
+def order_steps(state: FusionState) -> list[Group | ExternNode]:
+    steps: list[Group | ExternNode] = list(state.groups) + list(state.externs)
+    writes = {id(s): (s.writes() if isinstance(s, Group) else set(s.write_buffers())) for s in steps}
+    reads = {id(s): (s.reads() if isinstance(s, Group) else set(s.read_buffers())) for s in steps}
+    key = {id(s): (s.order if isinstance(s, Group) else state.position[s.name]) for s in steps}
+    done: list = []
+    remaining = sorted(steps, key=lambda s: key[id(s)])
+    produced = set(state.program.inputs)
+    while remaining:
+        for s in remaining:
+            pending = reads[id(s)] - produced
+            if not any(pending & writes[id(o)] for o in remaining if o is not s):
+                done.append(s)
+                produced |= writes[id(s)]
+                remaining.remove(s)
+                break
+        else:
+            raise RuntimeError("cycle among fused kernels; the fusion legality check failed")
+    return done
+
+
+def finish_kernel(name: str, group: Group, program: LoopProgram, readers_outside: set[str]) -> Kernel:
+    nodes: list[KernelNode] = []
+    stage_of: dict[str, int] = {}
+    writer_of: dict[str, KernelNode] = {}
+    for n in group.nodes:
+        kn = KernelNode(n, group.var_maps[n.name])
+        stage = 0
+        for buf, _, _ in kn.reads():
+            w = writer_of.get(buf)
+            if w is not None:
+                stage = max(stage, w.stage + (1 if w.node.kind == "reduction" else 0))
+        kn.stage = stage
+        nodes.append(kn)
+        for buf, _, _ in kn.writes():
+            writer_of[buf] = kn
+            stage_of[buf] = stage
+    rvars = {exprs.symbol(f"r{k}") for k in range(len(group.rsizes))}
+    internal = set()
+    outputs = program.output_buffers()
+    for buf, w in writer_of.items():
+        if buf in outputs or buf in readers_outside:
+            continue
+        write_index = next(i for b, i, _ in w.writes() if b == buf)
+        crosses = any(buf in {b for b, _, _ in kn.reads()} and kn.stage > w.stage for kn in nodes)
+        if crosses and write_index.free_symbols & rvars:
+            continue  # needed by a later loop over r: stays in memory
+        internal.add(buf)
+    return Kernel(name, nodes, list(group.xsizes), list(group.rsizes), internal)
+
+
+def schedule(program: LoopProgram, *, fusion: bool | None = None):
+    """Fuse, order and plan memory for a lowered program (``fusion`` defaults to
+    ``config.fusion``)."""
+    from fireclay_loops.inline import inline_pointwise
+    from fireclay_loops.memory import plan_memory
+    from fireclay_loops.report import ScheduledProgram
+    from fireclay_loops.verify import verify_schedule
+
+    fusing = config.fusion if fusion is None else fusion
+    decisions: list[Decision] = []
+    if fusing:
+        program = inline_pointwise(program, decisions)
+    state = initial_groups(program)
+    state.decisions = decisions
+    if fusing:
+        fuse(state)
+    steps = order_steps(state)
+    kernels_and_calls: list[Kernel | ExternNode] = []
+    k = 0
+    for s in steps:
+        if isinstance(s, Group):
+            outside = set()
+            for o in steps:
+                if o is s:
+                    continue
+                outside |= (o.reads() if isinstance(o, Group) else set(o.read_buffers()))
+            kernels_and_calls.append(finish_kernel(f"kernel{k}", s, program, outside))
+            k += 1
+        else:
+            kernels_and_calls.append(s)
+    plan = plan_memory(program, kernels_and_calls)
+    scheduled = ScheduledProgram(program, kernels_and_calls, plan, state.decisions)
+    if config.verify:
+        verify_schedule(scheduled)
+    return scheduled

@@ -1,0 +1,60 @@
+"""Index expressions: string form round trip, safe parsing, simplification, evaluation."""
+
+import pytest
+import sympy
+
+from fireclay_loops import exprs
+
+CASES = ["0", "x0", "8*x0 + r0", "s0*x1 + 3*x0 + 2", "FloorDiv(i0, 4)", "Mod(FloorDiv(i0 + 8*i1, 2), 4)",
+         "-x0 + 7", "s0**2*x0"]
+
+
+@pytest.mark.parametrize("text", CASES)
+def test_string_form_round_trips(text):
+    e = exprs.parse(text)
+    assert exprs.equal(exprs.parse(exprs.to_str(e)), e)
+
+
+@pytest.mark.parametrize("bad", ["__import__('os')", "x0; 1", "lambda: 0", "x0[1]", "open('f')", "1 +", "(x0",
+                                 "x0.__class__"])
+def test_parse_refuses_anything_but_expressions(bad):
+    with pytest.raises(ValueError):
+        exprs.parse(bad)
+
+
+def test_floordiv_pulls_out_exact_multiples():
+    i0, i1 = exprs.symbol("i0"), exprs.symbol("i1")
+    assert exprs.equal(exprs.FloorDiv(8 * i0 + i1, 4), 2 * i0 + exprs.FloorDiv(i1, 4))
+    assert exprs.FloorDiv(sympy.Integer(17), 5) == 3
+    assert exprs.modular_indexing(sympy.Integer(17), 2, 5) == 3
+
+
+def test_loop_ranges_fold_reshape_arithmetic():
+    # flattening [4, 8] and splitting it back is the identity once 0 <= i1 < 8 is known
+    i0, i1 = exprs.symbol("i0"), exprs.symbol("i1")
+    flat = 8 * i0 + i1
+    assert exprs.simplify(exprs.FloorDiv(flat, 8), {"i0": 4, "i1": 8}) == i0
+    assert exprs.simplify(exprs.modular_indexing(flat, 1, 8), {"i0": 4, "i1": 8}) == i1
+    assert exprs.simplify(exprs.FloorDiv(flat, 8)) != i0  # not without the ranges
+
+
+def test_evaluate_on_ints_and_hints():
+    e = exprs.parse("Mod(FloorDiv(x0 + 8*x1, 2), 4) + FloorDiv(x0, 3)")
+    assert exprs.evaluate(e, {"x0": 7, "x1": 1}) == ((7 + 8) // 2) % 4 + 7 // 3
+    assert exprs.hint("s0*4 + 1", {"s0": 3}) == 13
+
+
+def test_symbols_are_fireclay_shapes_symbols():
+    import fireclay_shapes
+
+    s = exprs.symbol("s0")
+    assert s.is_integer and s is fireclay_shapes.symbol("s0")
+    assert exprs.parse("s0 + 1").free_symbols == {s}
+
+
+def test_index_inside_one_period_folds():
+    # a flipped column 7 - i1 offset by three whole rows
+    i1 = exprs.symbol("i1")
+    assert exprs.simplify(exprs.Mod(31 - i1, 8), {"i1": 8}) == 7 - i1
+    assert exprs.simplify(exprs.FloorDiv(31 - i1, 8), {"i1": 8}) == 3
+    assert exprs.simplify(exprs.Mod(31 - i1, 8), {"i1": 9}) != 7 - i1  # crosses a period

@@ -1,0 +1,85 @@
+"""Lowering: errors for users, symbolic sizes, and the torch-free import."""
+
+import subprocess
+import sys
+
+import pytest
+from hand import Hand, t
+
+from fireclay_ir import Graph, Program, ScalarType, TensorMeta
+from fireclay_loops import LoweringError, lower, schedule
+
+
+def test_non_aten_ops_are_refused_with_the_users_source_line():
+    g = Graph("main")
+    x = g.add_input("x", TensorMeta("float32", (4,)))
+    y = g.call("torch::torch.relu", (x,), out=TensorMeta("float32", (4,)),
+               meta={"source": {"file": "model.py", "line": 12, "text": "y = torch.relu(x)"}})
+    g.set_outputs([y])
+    with pytest.raises(LoweringError) as err:
+        lower(Program.single(g))
+    text = str(err.value)
+    assert "fireclay-loops lowers aten-dialect programs; got torch::torch.relu" in text
+    assert "model.py:12: y = torch.relu(x)" in text
+
+
+def test_an_extern_with_a_scalar_result_is_refused_clearly():
+    h = Hand()
+    x = h.input("x", 4)
+    v = h.op("_local_scalar_dense.default", h.op("sum.default", x, out=t()), out=ScalarType("float"))
+    with pytest.raises(LoweringError, match="returns a non-tensor value"):
+        lower(h.program(v))
+
+
+def symbolic_program():
+    g = Graph("main")
+    x = g.add_input("x", TensorMeta("float32", ("s0", "s1")))
+    y = g.add_input("y", TensorMeta("float32", ("s1",)))
+    n = g.call("aten::sym_size.int", (x, 0), out=ScalarType("int"))
+    a = g.call("aten::add.Tensor", (x, y), out=TensorMeta("float32", ("s0", "s1")))
+    e = g.call("aten::exp.default", (a,), out=TensorMeta("float32", ("s0", "s1")))
+    s = g.call("aten::sum.dim_IntList", (e, [0]), out=TensorMeta("float32", ("s1",)))
+    c = g.call("aten::cat.default", ([s, y], 0), out=TensorMeta("float32", ("2*s1",)))
+    g.set_outputs([c, n])
+    p = Program.single(g)
+    p.add_symbol("s0", hint=5)
+    p.add_symbol("s1", hint=3)
+    return p
+
+
+def test_symbolic_sizes_flow_through_lowering_and_scheduling():
+    s = schedule(lower(symbolic_program()))
+    text = str(s)
+    assert "def kernel0(x0 < s1, r0 < s0):  # reduction" in text
+    assert "buf" in text and "float32[2*s1]" in text
+    assert str(s.program.outputs[1].value) == "s0"
+
+
+def test_symbolic_program_runs_for_several_sizes():
+    torch = pytest.importorskip("torch")
+    from fireclay_loops.reference import run
+
+    s = schedule(lower(symbolic_program()))
+    for n, m in ((5, 3), (2, 7)):
+        x, y = torch.randn(n, m), torch.randn(m)
+        got = run(s, x, y)
+        torch.testing.assert_close(got[0], torch.cat([(x + y).exp().sum(0), y]))
+
+
+def test_symbolic_buffers_are_reused_by_symbolic_size():
+    g = Graph("main")
+    x = g.add_input("x", TensorMeta("float32", ("s0", 8)))
+    v = x
+    for op in ("exp", "sin", "cos", "neg"):
+        v = g.call(f"aten::{op}.default", (v,), out=TensorMeta("float32", ("s0", 8)))
+    g.set_outputs([v])
+    p = Program.single(g)
+    p.add_symbol("s0", hint=4)
+    s = schedule(lower(p), fusion=False)
+    assert [(b, prev) for b, prev, _ in s.plan.reuses] == [("buf2", "buf0"), ("buf3", "buf1")]
+    assert str(s.plan.allocations["mem0"].nbytes) == "32*s0"
+
+
+def test_importing_the_package_does_not_import_torch():
+    code = "import sys, fireclay_loops; assert 'torch' not in sys.modules, 'torch was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)

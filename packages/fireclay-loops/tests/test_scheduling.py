@@ -1,0 +1,249 @@
+"""Kernel counts and fusion decisions for common patterns (no torch needed)."""
+
+from hand import Hand, layer_norm_decomposed, softmax_decomposed, t
+
+from fireclay_loops import lower, schedule
+
+
+def kernels(program, **kw):
+    s = schedule(lower(program), **kw)
+    return s, len(s.kernels), len(s.extern_calls)
+
+
+def test_softmax_is_one_kernel():
+    h = Hand()
+    x = h.input("x", 16, 32)
+    s, k, e = kernels(h.program(h.op("_softmax.default", x, 1, False, out=t(16, 32))))
+    assert (k, e) == (1, 0)
+    assert s.kernels[0].kind == "reduction"
+    assert s.kernels[0].rsizes == [32]
+
+
+def test_decomposed_softmax_is_one_kernel():
+    h = Hand()
+    x = h.input("x", 16, 32)
+    _, k, e = kernels(h.program(softmax_decomposed(h, x, 16, 32)))
+    assert (k, e) == (1, 0)
+
+
+def test_layer_norm_is_one_kernel():
+    h = Hand()
+    x, w, b = h.input("x", 8, 64), h.input("w", 64), h.input("b", 64)
+    out = h.op("native_layer_norm.default", x, [64], w, b, 1e-5, out=[t(8, 64), t(8, 1), t(8, 1)])
+    s, k, e = kernels(h.program(out[0]))
+    assert (k, e) == (1, 0)
+    # Everything but the input and the output stays in registers.
+    assert set(s.kernels[0].write_buffers()) == set(s.program.outputs)
+
+
+def test_decomposed_layer_norm_is_one_kernel():
+    h = Hand()
+    x, w, b = h.input("x", 8, 64), h.input("w", 64), h.input("b", 64)
+    s, k, e = kernels(h.program(layer_norm_decomposed(h, x, w, b, 8, 64)))
+    assert (k, e) == (1, 0)
+    assert len(s.kernels[0].nodes) == 7
+
+
+def test_gelu_of_matmul_plus_bias_is_extern_and_one_kernel():
+    h = Hand()
+    x, w, b = h.input("x", 8, 16), h.input("w", 16, 32), h.input("b", 32)
+    m = h.op("mm.default", x, w, out=t(8, 32))
+    a = h.op("add.Tensor", m, b, out=t(8, 32))
+    s, k, e = kernels(h.program(h.op("gelu.default", a, out=t(8, 32))))
+    assert (k, e) == (1, 1)
+    assert s.steps[0].kind == "extern" and s.steps[0].op == "aten::mm.default"
+
+
+def test_addmm_then_gelu():
+    h = Hand()
+    x, w, b = h.input("x", 8, 16), h.input("w", 16, 32), h.input("b", 32)
+    m = h.op("addmm.default", b, x, w, out=t(8, 32))
+    _, k, e = kernels(h.program(h.op("gelu.default", m, out=t(8, 32))))
+    assert (k, e) == (1, 1)
+
+
+def test_pointwise_chain_never_stores_intermediates():
+    h = Hand()
+    x = h.input("x", 4, 8)
+    v = x
+    for op in ("exp.default", "sin.default", "neg.default", "relu.default", "cos.default"):
+        v = h.op(op, v, out=t(4, 8))
+    s, k, _ = kernels(h.program(v))
+    assert k == 1
+    assert len(s.kernels[0].internal) == 4
+    assert s.bytes_moved == 2 * 4 * 8 * 4
+
+
+def test_fusion_off_gives_one_kernel_per_node():
+    h = Hand()
+    x = h.input("x", 4, 8)
+    v = x
+    for op in ("exp.default", "sin.default", "neg.default"):
+        v = h.op(op, v, out=t(4, 8))
+    _, k, _ = kernels(h.program(v), fusion=False)
+    assert k == 3
+
+
+def test_horizontal_fusion_of_reductions_over_one_input():
+    h = Hand()
+    x = h.input("x", 4, 8)
+    a = h.op("sum.dim_IntList", x, [1], out=t(4))
+    b = h.op("amax.default", x, [1], out=t(4))
+    s, k, _ = kernels(h.program(a, b))
+    assert k == 1
+    assert any(d.kind == "horizontal" and d.action == "fuse" for d in s.decisions)
+
+
+def test_max_dim_values_and_indices_share_a_kernel():
+    h = Hand()
+    x = h.input("x", 4, 8)
+    v, i = h.op("max.dim", x, 1, out=[t(4), t(4, dtype="int64")])
+    _, k, _ = kernels(h.program(v, i))
+    assert k == 1
+
+
+def test_transposed_producer_fuses_by_reordering_loops():
+    # sum over dim 0 of exp(x): the reduction walks x column-wise; the pointwise producer is
+    # iterated in the reduction's order, so both fit one kernel.
+    h = Hand()
+    x = h.input("x", 4, 8)
+    e = h.op("exp.default", x, out=t(4, 8))
+    s, k, _ = kernels(h.program(h.op("sum.dim_IntList", e, [0], out=t(8))))
+    assert k == 1
+    assert s.kernels[0].xsizes == [8] and s.kernels[0].rsizes == [4]
+
+
+def test_pointwise_read_at_another_index_is_recomputed():
+    # flip(exp(x)) + 1: the add reads exp's buffer backwards, so exp is recomputed inside it.
+    h = Hand()
+    x = h.input("x", 4, 8)
+    e = h.op("exp.default", x, out=t(4, 8))
+    f = h.op("flip.default", e, [0, 1], out=t(4, 8))
+    s, k, _ = kernels(h.program(h.op("add.Tensor", f, 1.0, out=t(4, 8))))
+    assert k == 1
+    [why] = [d for d in s.decisions if d.action == "inline"]
+    assert (why.first, why.second) == ("op0", "op1")
+    assert "load(in_x, -8*x0 - x1 + 31)" in str(s)
+
+
+def test_broadcast_consumer_recomputes_its_producer():
+    h = Hand()
+    x, y = h.input("x", 4, 8), h.input("y", 3, 4, 8)
+    e = h.op("exp.default", x, out=t(4, 8))
+    s, k, _ = kernels(h.program(h.op("mul.Tensor", y, e, out=t(3, 4, 8))))
+    assert k == 1
+    assert "buf0" not in s.program.buffers
+
+
+def test_producer_that_is_also_an_output_is_not_recomputed():
+    h = Hand()
+    x = h.input("x", 4, 8)
+    e = h.op("exp.default", x, out=t(4, 8))
+    f = h.op("flip.default", e, [0], out=t(4, 8))
+    s, k, _ = kernels(h.program(h.op("add.Tensor", f, 1.0, out=t(4, 8)), e))
+    assert k == 2
+    assert not [d for d in s.decisions if d.action == "inline"]
+
+
+def test_reduction_read_at_another_index_stays_apart_and_says_why():
+    h = Hand()
+    x = h.input("x", 4, 8)
+    r = h.op("sum.dim_IntList", x, [1], out=t(4))
+    f = h.op("flip.default", r, [0], out=t(4))
+    s, k, _ = kernels(h.program(h.op("add.Tensor", f, 1.0, out=t(4))))
+    assert k == 2
+    [why] = [d for d in s.decisions if d.action == "keep apart"]
+    assert "reads buf0 at 3 - x0 but it is written at x0" in why.reason
+
+
+def test_different_reduction_spaces_stay_apart():
+    h = Hand()
+    x = h.input("x", 4, 8)
+    a = h.op("sum.dim_IntList", x, [0], out=t(8))
+    b = h.op("sum.dim_IntList", x, [1], out=t(4))
+    s, k, _ = kernels(h.program(a, b))
+    assert k == 2
+    assert any("iteration spaces differ" in d.reason for d in s.decisions)
+
+
+def test_no_fusion_across_an_extern_call_that_sits_between():
+    h = Hand()
+    x, w = h.input("x", 8, 8), h.input("w", 8, 8)
+    a = h.op("exp.default", x, out=t(8, 8))
+    m = h.op("mm.default", a, w, out=t(8, 8))
+    c = h.op("mul.Tensor", m, a, out=t(8, 8))
+    s, k, e = kernels(h.program(c))
+    assert (k, e) == (2, 1)
+    assert any("runs between" in d.reason for d in s.decisions)
+    assert [type(x).__name__ for x in s.steps] == ["Kernel", "ExternNode", "Kernel"]
+
+
+def test_reduction_epilogue_and_prologue_fuse():
+    # sum(exp(x), 1) * 2 -> prologue exp, reduction, epilogue multiply: one kernel.
+    h = Hand()
+    x = h.input("x", 4, 8)
+    e = h.op("exp.default", x, out=t(4, 8))
+    r = h.op("sum.dim_IntList", e, [1], out=t(4))
+    s, k, _ = kernels(h.program(h.op("mul.Tensor", r, 2.0, out=t(4))))
+    assert k == 1
+    kinds = [kn.node.kind for kn in s.kernels[0].nodes]
+    assert kinds == ["pointwise", "reduction", "pointwise"]
+
+
+def test_fallback_keeps_program_running():
+    h = Hand()
+    x = h.input("x", 4, 8)
+    c = h.op("cumsum.default", x, 1, out=t(4, 8))
+    s, k, e = kernels(h.program(h.op("exp.default", c, out=t(4, 8))))
+    assert (k, e) == (1, 1)
+    assert s.steps[0].kind == "fallback"
+    assert s.report().fallback_count == 1
+
+
+def test_report_lists_counts_bytes_and_reasons():
+    h = Hand()
+    x = h.input("x", 4, 8)
+    e = h.op("exp.default", x, out=t(4, 8))
+    s = schedule(lower(h.program(h.op("sum.dim_IntList", e, [1], out=t(4)))))
+    text = str(s.report())
+    assert "kernels: 1, extern calls: 0, fallbacks: 0" in text
+    assert f"bytes moved: {4 * 8 * 4 + 4 * 4}" in text
+    assert "fuse op0 + op1 (vertical)" in text
+
+
+def test_value_needed_by_a_later_reduction_loop_is_stored():
+    # In eager's decomposition of softmax, exp(x - max) feeds the sum (loop 1) and the division
+    # (loop 2, after the sum is known): a looped reduction cannot keep it in registers.
+    h = Hand()
+    x = h.input("x", 4, 8)
+    s = schedule(lower(h.program(softmax_decomposed(h, x, 4, 8))))
+    [k] = s.kernels
+    stages = {kn.node.name: kn.stage for kn in k.nodes}
+    assert stages == {"op0": 0, "op1": 1, "op2": 1, "op3": 1, "op4": 2}
+    exp_buffer = k.nodes[2].node.write_buffers()[0]
+    assert exp_buffer not in k.internal and exp_buffer in s.plan.buffer_allocation
+    assert k.nodes[1].node.write_buffers()[0] in k.internal  # x - max: used in its own loop only
+
+
+def test_independent_ops_without_shared_reads_stay_apart():
+    h = Hand()
+    x, y = h.input("x", 4, 8), h.input("y", 4, 8)
+    a = h.op("exp.default", x, out=t(4, 8))
+    b = h.op("sin.default", y, out=t(4, 8))
+    s, k, _ = kernels(h.program(a, b))
+    assert k == 2
+    assert not s.decisions  # no shared buffer: never even a candidate
+
+
+def test_a_transformer_like_stack_gives_one_kernel_per_layer_norm_block():
+    h = Hand()
+    x = h.input("x", 16, 64)
+    for i in range(24):
+        w, g, b = h.input(f"w{i}", 64, 64), h.input(f"g{i}", 64), h.input(f"b{i}", 64)
+        y = layer_norm_decomposed(h, x, g, b, 16, 64)
+        y = h.op("gelu.default", h.op("mm.default", y, w, out=t(16, 64)), out=t(16, 64))
+        x = h.op("add.Tensor", x, y, out=t(16, 64))
+    s = schedule(lower(h.program(x)))
+    # per layer: layer norm (one kernel), mm (extern), gelu + residual add fused into the next
+    # layer norm's kernel; the last gelu + add is a kernel of its own
+    assert len(s.kernels) == 25 and len(s.extern_calls) == 24

@@ -1,0 +1,17 @@
+"""fireclay-shapes' torch adapter: fake tensors, and ``torch.SymInt`` backed by our symbols.
+
+* :class:`FakeTensor` / :class:`FakeMode` / :func:`fake_from_real`: tensors without data on the
+  meta device that report the real device, run ops through torch's meta kernels, and carry
+  symbolic sizes when asked;
+* :class:`SymbolicNode`, :func:`make_symint`, :func:`expr_of`: torch's SymNode protocol over a
+  :class:`fireclay_shapes.ShapeEnv`, so torch's own kernels compute with our symbols and their
+  decisions become our guards.
+
+Importing this module imports torch; ``import fireclay_shapes`` alone does not.
+"""
+
+from ._fake import FakeMode, FakeTensor, UnsupportedOpError, fake_from_real
+from ._symnode import SymbolicNode, expr_of, make_symbool, make_symint
+
+__all__ = ["FakeMode", "FakeTensor", "SymbolicNode", "UnsupportedOpError", "expr_of", "fake_from_real",
+           "make_symbool", "make_symint"]
