@@ -224,3 +224,17 @@ def test_every_shipped_schema_parses_into_known_types():
             assert a.name.isidentifier() or a.type == "...", (name, a)
         for r in op.returns:
             assert known.match(r.type), (name, r)
+
+
+def test_generator_script_reproduces_the_shipped_data():
+    torch = pytest.importorskip("torch")
+    import json
+    import pathlib
+    from importlib import resources
+
+    script = pathlib.Path(__file__).parents[1] / "scripts" / "gen_aten_schemas.py"
+    data = json.loads(resources.files("fireclay_ir.dialects").joinpath("data", "aten_core_v1.json").read_text())
+    if not script.exists() or data["torch_version"] != torch.__version__.split("+")[0]:
+        pytest.skip("needs the source tree and the torch the data was generated with")
+    out = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr

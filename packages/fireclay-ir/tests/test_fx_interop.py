@@ -174,6 +174,7 @@ def test_dynamic_shapes_become_symbols():
     (x,) = [v for v, s in zip(program.main.inputs, program.main.input_specs) if s.kind == "user"]
     sym = x.meta.shape[0]
     assert isinstance(sym, str) and sym.isidentifier()
+    assert program.symbols[sym].hint == 5
     for n in (3, 17):
         args = (torch.randn(n, 8),)
         _same(interpret(program, *args), model(*args))
@@ -294,3 +295,40 @@ def test_symbolic_arguments_become_size_arithmetic_in_fx(shape):
     x = torch.randn(*shape)
     _same(gm(x), ref(x))
     _same(gm(x), interpret(program, x))
+
+
+def test_tensor_meta_from_shape_propagation_is_enough():
+    from torch.fx.passes.shape_prop import ShapeProp
+
+    model, inputs = _module("multi out")
+    gm = torch.fx.symbolic_trace(model)
+    ShapeProp(gm).propagate(*inputs())
+    program = from_fx(gm)  # no example inputs: node.meta["tensor_meta"] carries the types
+    verify(program)
+    args = inputs()
+    _same(interpret(program, *args), model(*args))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_dynamo_graphs_convert_and_run_through_the_interpreter(dynamic):
+    """The shape of ``torch.compile(model, backend="fireclay")``: Dynamo's fx graph in, our
+    Program, the reference interpreter as the compiled function."""
+    from fireclay_ir import check_boundary
+
+    programs = []
+
+    def backend(gm, example_inputs):
+        program = check_boundary(verify(from_fx(gm, example_inputs)), "fx import")
+        programs.append(program)
+        return lambda *args: interpret(program, *args)
+
+    model, _ = _module("attention")
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
+    for batch, n in ((2, 5), (3, 7)) if dynamic else ((2, 5), (2, 5)):
+        args = (torch.randn(batch, n, 16),)
+        _same((compiled(*args),), model(*args))
+    assert len(programs) == 1
+    assert {n.dialect for n in programs[0].main.nodes} == {"torch"}
+    if dynamic:
+        assert [s.hint for s in programs[0].symbols.values()] == [2, 5]

@@ -165,3 +165,18 @@ def test_the_text_form_shown_in_the_format_docs():
     prog.add_symbol("s0", 4, 2, None)
     prog.guards.append("s0 >= 2")
     assert format_program(prog) == shown
+
+
+def test_command_line_prints_saved_programs(tmp_path, capsys):
+    from fireclay_ir import save
+    from fireclay_ir.serde.__main__ import main
+
+    prog = SAMPLES["cond"]()
+    save(prog, tmp_path / "c.fcir.json")
+    (tmp_path / "bad.fcir.json").write_text('{"format_version": "9.0"}')
+    assert main([str(tmp_path / "c.fcir.json")]) == 0
+    assert capsys.readouterr().out == format_program(prog)
+    assert main([str(tmp_path / "bad.fcir.json"), str(tmp_path / "missing.fcir.json")]) == 1
+    err = capsys.readouterr().err
+    assert "format 9.0, but this fireclay-ir reads format 1.0" in err and "missing.fcir.json" in err
+    assert main([]) == 2

@@ -530,8 +530,13 @@ def test_load_rejects_non_utf8(tmp_path):
         load(tmp_path / "x.fcir.json")
 
 
-def test_errors_are_ir_errors():
+def test_errors_are_ir_errors_and_can_be_copied():
+    """Copying goes through __reduce__, as sending the error to another process does."""
+    import copy
+
     assert issubclass(FormatError, IRError)
+    err = copy.deepcopy(FormatError("graphs.main.nodes[0]", "expected x"))
+    assert (err.where, err.problem, str(err)) == ("graphs.main.nodes[0]", "expected x", "graphs.main.nodes[0]: expected x")
 
 
 def test_samples_cover_every_argument_tag():
@@ -579,3 +584,72 @@ def test_the_example_node_in_the_format_docs_loads():
     node = loads(_text(doc)).main.nodes[0]
     assert node.op == "torch::torch.sum" and node.kwargs == {"dtype": DType("float64"), "keepdim": True}
     assert node.args[1] == [0, -1] and node.output.type == TensorMeta("float64", (1, "s0", 1))
+
+
+@pytest.mark.parametrize("kind", ["list", "tuple", "slice", "meta", "graph_meta", "metadata", "output"])
+def test_writer_refuses_exactly_what_the_reader_would(kind):
+    """Around the nesting bound, a document either fails to write or loads: never written, then refused."""
+    outcomes = set()
+    for levels in range(35, 110, 3):
+        g = Graph("main")
+        x = g.add_input("x", f32(3))
+        nested: object = x if kind in ("list", "tuple", "slice", "output") else 1
+        for _ in range(levels):
+            nested = {"list": [nested], "tuple": (nested,), "slice": slice(nested, None, None), "output": [nested],
+                      "meta": {"k": nested}, "graph_meta": [nested], "metadata": {"k": nested}}[kind]
+        if kind in ("list", "tuple", "slice"):
+            g.call("torch::torch.add", [x, nested], out=f32(3))
+        elif kind == "meta":
+            g.call("torch::torch.add", [x], meta={"deep": nested}, out=f32(3))
+        elif kind == "graph_meta":
+            g.meta["deep"] = nested
+        g.set_outputs([nested] if kind == "output" else [x])
+        prog = Program.single(g, metadata={"deep": nested} if kind == "metadata" else {})
+        try:
+            text = dumps(prog)
+        except FormatError as exc:
+            assert "nested deeper than the limit" in exc.problem
+            outcomes.add("refused")
+            continue
+        loads(text, verify=False)
+        outcomes.add("written")
+    assert outcomes == {"refused", "written"}
+
+
+def _small_program() -> Program:
+    g = Graph("main")
+    x = g.add_input("x", f32(3))
+    g.set_outputs([g.call("torch::torch.add", [x, 1], out=f32(3))])
+    return Program.single(g)
+
+
+def _rename_graph(prog: Program, name: str) -> None:
+    g = prog.graphs.pop("main")
+    g.name = name
+    prog.graphs[name] = g
+    prog.entry = name
+
+
+@pytest.mark.parametrize("spoil, where, message", [
+    (lambda p: p.main.inputs[0].__setattr__("type", f32("s0'")), "graphs.main.inputs[0].type.shape[0]",
+     "characters an expression may not hold"),
+    (lambda p: p.main.set_args(p.main.nodes[0], [p.main.inputs[0], SymExpr("s0.__class__")]),
+     "graphs.main.nodes[0].args[1]", "characters an expression may not hold"),
+    (lambda p: p.guards.append("s0; import os"), "guards[0]", "characters an expression may not hold"),
+    (lambda p: p.guards.append(3), "guards[0]", "expected a string"),
+    (lambda p: _rename_graph(p, "if"), "graphs.if", "a graph name must be a Python identifier"),
+    (lambda p: p.add_symbol("s-0", 3), "symbols.s-0", "a symbol name must be a Python identifier"),
+    (lambda p: p.dialects.update({"aten": 1}), "dialects.aten", "expected a string"),
+    (lambda p: setattr(p, "producer", ("x", 1)), "producer", "expected (name, version) strings"),
+    (lambda p: p.main.nodes[0].kwargs.update({"lambda": 1}), "graphs.main.nodes[0].kwargs",
+     "a keyword name must be a Python identifier"),
+    (lambda p: p.main.nodes[0].outputs[0].__setattr__("name", "class"), "graphs.main.nodes[0].outputs[0]",
+     "a value name must be a Python identifier"),
+    (lambda p: p.weights.update({"": Weight(f32(1))}), "weights", "non-empty string"),
+])
+def test_writer_refuses_what_the_reader_would_refuse(spoil, where, message):
+    prog = _small_program()
+    spoil(prog)
+    with pytest.raises(FormatError) as info:
+        dumps(prog)
+    assert info.value.where == where and message in info.value.problem

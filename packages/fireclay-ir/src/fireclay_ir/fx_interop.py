@@ -189,7 +189,8 @@ class _FromFx:
         raise FxConversionError("the fx graph has no output node")
 
     def _known_val(self, node: Any) -> Any:
-        val = node.meta.get("val")
+        # "val": torch.export / make_fx graphs; "example_value": TorchDynamo's graphs.
+        val = node.meta.get("val", node.meta.get("example_value"))
         if val is None:
             val = _tensor_meta_val(node)
         return val
@@ -387,8 +388,32 @@ def from_fx(gm: Any, example_inputs: Any = None, *, name: str = "main") -> Progr
     program.entry = name
     outs = conv.convert(gm, graph, None, examples)
     graph.set_outputs(outs)
+    _record_symbols(program, gm, examples)
     program.dialects = {d: _dialect_version(d) for d in sorted(_dialects_used(program))}
     return program
+
+
+def _record_symbols(program: Program, gm: Any, examples: list[Any] | None) -> None:
+    """Add every plain symbol of the user inputs' shapes to ``program.symbols``, with the size
+    it had in the example inputs (or in the graph's own example values) as its hint."""
+    torch = _torch()
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    user = [v for v, s in zip(program.main.inputs, program.main.input_specs) if s.kind == "user"]
+    for i, (node, value) in enumerate(zip(placeholders, user)):
+        if not isinstance(value.type, TensorMeta):
+            continue
+        example = examples[i] if examples is not None else node.meta.get("val", node.meta.get("example_value"))
+        sizes = tuple(example.shape) if isinstance(example, torch.Tensor) else (None,) * value.type.rank
+        for dim, size in zip(value.type.shape, sizes):
+            if isinstance(dim, str) and dim.isidentifier() and dim not in program.symbols:
+                hint = size if isinstance(size, int) else _symint_hint(size)
+                program.add_symbol(dim, hint=hint)
+
+
+def _symint_hint(size: Any) -> int | None:
+    # A SymInt from a fake tensor knows the size it was traced with; ask without guarding.
+    hint = getattr(getattr(size, "node", None), "hint", None)
+    return hint if isinstance(hint, int) else None
 
 
 def _dialects_used(program: Program) -> set[str]:

@@ -227,3 +227,4 @@ def format_program(program: Program) -> str:
             lines.append("# entry")
         lines.extend(graph_lines(program.graphs[name]))
     return "\n".join(lines) + "\n"
+

@@ -38,11 +38,11 @@ _HEADER_ALIGN = 8
 
 @dataclass(frozen=True)
 class RawTensor:
-    """A dense, row-major, little-endian tensor as bytes."""
+    """A dense, row-major, little-endian tensor as bytes (``bytearray`` when read from a file)."""
 
     dtype: str
     shape: tuple[int, ...]
-    data: bytes
+    data: bytes | bytearray
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_CODES:
@@ -160,7 +160,10 @@ def read_safetensors(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS
         for begin, end, name in spans:
             f.seek(data_start + begin)
             dtype, shape = entries[name]
-            tensors[name] = RawTensor(dtype, shape, _read_exact(f, end - begin, name))
+            buf = bytearray(end - begin)  # writable, so torch can wrap it without another copy
+            if f.readinto(buf) != len(buf):
+                raise FormatError(f"weights file: {name}", "the weights file ends inside this tensor's data")
+            tensors[name] = RawTensor(dtype, shape, buf)
     return tensors, meta
 
 
@@ -189,4 +192,5 @@ def raw_to_tensor(raw: RawTensor) -> Any:
     dtype = getattr(torch, raw.dtype)
     if not raw.data:
         return torch.empty(raw.shape, dtype=dtype)
-    return torch.frombuffer(bytearray(raw.data), dtype=dtype).reshape(raw.shape)
+    buf = raw.data if isinstance(raw.data, bytearray) else bytearray(raw.data)
+    return torch.frombuffer(buf, dtype=dtype).reshape(raw.shape)

@@ -24,6 +24,6 @@ register_dialect(AtenDialect())
 register_dialect(HopDialect())
 
 __all__ = [
-    "NO_DEFAULT", "Argument", "Dialect", "OpDef", "Return", "core_ops", "dialects", "get_dialect",
+    "NO_DEFAULT", "TORCH", "Argument", "Dialect", "OpDef", "Return", "core_ops", "dialects", "get_dialect",
     "lookup_op", "register_callable", "register_dialect", "shipped_ops",
 ]

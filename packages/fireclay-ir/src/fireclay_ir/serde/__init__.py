@@ -118,7 +118,7 @@ def save(program: Program, path: str | os.PathLike, *, limits: Limits = DEFAULT_
 
 def _convert(raw: RawTensor, meta: TensorMeta, as_: str) -> Any:
     if as_ == "bytes":
-        return raw.data
+        return bytes(raw.data)
     tensor = raw_to_tensor(raw)
     if meta.requires_grad and (tensor.is_floating_point() or tensor.is_complex()):
         tensor.requires_grad_(True)  # a trainable parameter comes back trainable

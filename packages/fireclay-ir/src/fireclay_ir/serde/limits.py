@@ -7,6 +7,8 @@ it is (``graphs[0].nodes[12].args[1]``) and what was expected there.
 
 from __future__ import annotations
 
+import keyword
+import re
 from dataclasses import dataclass
 
 from fireclay_ir.model import IRError
@@ -23,6 +25,9 @@ class FormatError(IRError):
         self.where = where
         self.problem = problem
         super().__init__(f"{where}: {problem}" if where else problem)
+
+    def __reduce__(self):  # keep both parts when the error is copied or sent to another process
+        return (type(self), (self.where, self.problem))
 
 
 @dataclass(frozen=True)
@@ -74,3 +79,21 @@ def describe(x: object) -> str:
         more = ", ..." if len(x) > 4 else ""
         return f"an object with keys {', '.join(map(repr, keys))}{more}" if x else "an empty object"
     return type(x).__name__
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Symbolic expressions and guards are data for fireclay-shapes, which may hand them to sympy;
+# this character set keeps out quotes, brackets, backslashes and dunder names, so that no
+# document can smuggle Python code through an expression string.
+_EXPR_CHARS = re.compile(r"^[A-Za-z0-9_ +\-*/%(),.<>=!&|~^]+$")
+EXPR_CHARS_TEXT = "letters, digits, _, spaces and + - * / % ( ) , . < > = ! & | ~ ^"
+
+
+def is_identifier(s: str) -> bool:
+    """A name the format requires to be an identifier: value, graph, symbol, dialect, keyword names."""
+    return bool(_IDENT.match(s)) and not keyword.iskeyword(s)
+
+
+def is_expression(s: str) -> bool:
+    """Whether ``s`` may be a symbolic expression or guard in a document."""
+    return bool(s.strip()) and bool(_EXPR_CHARS.match(s)) and "__" not in s

@@ -8,7 +8,6 @@ registries, expressions only against a character set. Every problem is a FormatE
 from __future__ import annotations
 
 import json
-import keyword
 import math
 import re
 from typing import Any
@@ -32,15 +31,20 @@ from fireclay_ir.model import (
     Value,
     Weight,
 )
-from fireclay_ir.serde.limits import DEFAULT_LIMITS, INT_MAX, INT_MIN, FormatError, Limits, describe
+from fireclay_ir.serde.limits import (
+    DEFAULT_LIMITS,
+    EXPR_CHARS_TEXT,
+    INT_MAX,
+    INT_MIN,
+    FormatError,
+    Limits,
+    describe,
+    is_expression,
+    is_identifier,
+)
 from fireclay_ir.serde.writer import FORMAT_NAME
 from fireclay_ir.upgraders import UPGRADERS, UpgraderRegistry, parse_version
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Symbolic expressions and guards are data for fireclay-shapes, which may hand them to sympy;
-# this character set keeps out quotes, brackets, backslashes and dunder names, so that no
-# document can smuggle Python code through an expression string.
-_EXPR_CHARS = re.compile(r"^[A-Za-z0-9_ +\-*/%(),.<>=!&|~^]+$")
 _INNERMOST = re.compile(r"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
 _STRING_ONLY = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
@@ -131,7 +135,7 @@ class _Reader:
 
     def ident(self, x: Any, where: str, what: str) -> str:
         s = self.str_(x, where, what, name=True)
-        if not _IDENT.match(s) or keyword.iskeyword(s):
+        if not is_identifier(s):
             raise FormatError(where, f"{what} must be a Python identifier (letters, digits, _), got {s!r}")
         return s
 
@@ -149,9 +153,9 @@ class _Reader:
         if x.__class__ is str and x in self._good_exprs:
             return x
         s = self.str_(x, where, what)
-        if not s.strip() or not _EXPR_CHARS.match(s) or "__" in s:
+        if not is_expression(s):
             raise FormatError(where, f"{what} {s[:60]!r} contains characters an expression may not hold; "
-                                     "allowed are letters, digits, _, spaces and + - * / % ( ) , . < > = ! & | ~ ^")
+                                     f"allowed are {EXPR_CHARS_TEXT}, and no '__'")
         self._good_exprs.add(s)
         return s
 
@@ -326,12 +330,14 @@ class _Reader:
             check_op(op, f"{w}.op")
             outs = self.list_(item["outputs"], f"{w}.outputs", "outputs")
             self.count(1, len(outs), w)
+            own: set[str] = set()
             for j, o in enumerate(outs):
                 ow = f"{w}.outputs[{j}]"
                 o = self.obj(o, ow, ("name", "type"))
                 oname = self.new_value(self.ident(o["name"], f"{ow}.name", "a value name"), f"{ow}.name", scope)
-                if oname in {v.name for v in node.outputs}:
+                if oname in own:
                     raise FormatError(f"{ow}.name", f"the value name %{oname} is defined twice in this graph")
+                own.add(oname)
                 node.outputs.append(Value(oname, self.type_(o["type"], f"{ow}.type"), node, j))
             g.insert(node)
             for v in node.outputs:
@@ -356,7 +362,12 @@ class _Reader:
         return meta
 
     def source(self, x: Any, where: str) -> None:
-        s = self.obj(x, where, ("file", "line"), ("text",))
+        # Meta is a side channel: extra keys (a column, an end line) are allowed, the documented
+        # ones must have their documented types because printers and error messages read them.
+        s = self.obj_any(x, where)
+        for key in ("file", "line"):
+            if key not in s:
+                raise FormatError(where, f"missing the key {key!r}")
         self.str_(s["file"], f"{where}.file", "a file name")
         self.int_(s["line"], f"{where}.line", "a line number")
         if "text" in s:

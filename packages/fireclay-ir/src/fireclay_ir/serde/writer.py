@@ -8,9 +8,7 @@ text is pure ASCII. The layout puts one node per line so that two documents diff
 from __future__ import annotations
 
 import json
-import keyword
 import math
-import re
 from typing import Any
 
 from fireclay_ir.model import (
@@ -27,10 +25,18 @@ from fireclay_ir.model import (
     TensorMeta,
     Value,
 )
-from fireclay_ir.serde.limits import DEFAULT_LIMITS, INT_MAX, INT_MIN, FormatError, Limits
+from fireclay_ir.serde.limits import (
+    DEFAULT_LIMITS,
+    EXPR_CHARS_TEXT,
+    INT_MAX,
+    INT_MIN,
+    FormatError,
+    Limits,
+    is_expression,
+    is_identifier,
+)
 
 FORMAT_NAME = "fireclay-ir"
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class _Writer:
@@ -46,6 +52,8 @@ class _Writer:
         return x
 
     def str_(self, x: str, where: str, *, name: bool = False) -> str:
+        if not isinstance(x, str):
+            raise FormatError(where, f"expected a string, got {type(x).__name__}")
         bound = self.limits.max_name_chars if name else self.limits.max_string_chars
         if len(x) > bound:
             raise FormatError(where, f"string of {len(x)} characters is longer than the limit {bound}")
@@ -54,12 +62,22 @@ class _Writer:
     def ident(self, x: Any, where: str, what: str) -> str:
         """Names a reader requires to be identifiers are checked here too, so that whatever is
         written can be read back."""
-        if not isinstance(x, str) or not _IDENT.match(x) or keyword.iskeyword(x):
+        if not isinstance(x, str) or not is_identifier(x):
             raise FormatError(where, f"{what} must be a Python identifier (letters, digits, _), got {x!r}")
         return self.str_(x, where, name=True)
 
+    def expr(self, s: str, where: str, what: str) -> str:
+        if not is_expression(s):
+            raise FormatError(where, f"{what} {s[:60]!r} contains characters an expression may not hold; "
+                                     f"allowed are {EXPR_CHARS_TEXT}, and no '__'")
+        return self.str_(s, where)
+
+    @staticmethod
+    def not_str(x: Any, where: str) -> str:
+        raise FormatError(where, f"expected a string, got {type(x).__name__}")
+
     def dim(self, d: Any, where: str) -> Any:
-        return self.int_(d, where) if isinstance(d, int) else self.str_(d, where)
+        return self.int_(d, where) if isinstance(d, int) else self.expr(d, where, "a symbolic dimension")
 
     def type_(self, t: Any, where: str) -> dict[str, Any]:
         if isinstance(t, ScalarType):
@@ -82,10 +100,14 @@ class _Writer:
         }}
         return doc
 
-    def json_(self, x: Any, where: str, depth: int = 0) -> Any:
-        """Plain JSON data (meta, metadata): dicts with str keys, lists, atoms; tuples become lists."""
+    def deep(self, depth: int, where: str) -> None:
         if depth > self.limits.max_nesting:
-            raise FormatError(where, f"nested deeper than the limit {self.limits.max_nesting}")
+            raise FormatError(where, f"nested deeper than the limit of {self.limits.max_nesting} JSON levels")
+
+    # ``depth`` arguments are the JSON nesting depth the value will have in the document (the
+    # document object is depth 1), so that the writer refuses exactly what the reader would.
+    def json_(self, x: Any, where: str, depth: int) -> Any:
+        """Plain JSON data (meta, metadata): dicts with str keys, lists, atoms; tuples become lists."""
         if x is None or isinstance(x, bool):
             return x
         if isinstance(x, int):
@@ -97,8 +119,10 @@ class _Writer:
         if isinstance(x, str):
             return self.str_(x, where)
         if isinstance(x, (list, tuple)):
+            self.deep(depth, where)
             return [self.json_(v, f"{where}[{i}]", depth + 1) for i, v in enumerate(x)]
         if isinstance(x, dict):
+            self.deep(depth, where)
             out = {}
             for k, v in x.items():
                 if not isinstance(k, str):
@@ -108,9 +132,8 @@ class _Writer:
         raise FormatError(where, f"meta data must be plain JSON data, got a {type(x).__name__}")
 
     # -- arguments
-    def arg(self, a: Any, where: str, scope: dict[str, Value], depth: int = 0) -> dict[str, Any]:
-        if depth > self.limits.max_nesting // 2:
-            raise FormatError(where, f"argument nested deeper than the limit {self.limits.max_nesting // 2}")
+    def arg(self, a: Any, where: str, scope: dict[str, Value], depth: int) -> dict[str, Any]:
+        self.deep(depth, where)
         if isinstance(a, Value):
             if scope.get(a.name) is not a:
                 raise FormatError(where, f"%{a.name} is not defined in this graph before it is used")
@@ -132,13 +155,15 @@ class _Writer:
         if isinstance(a, str):
             return {"str": self.str_(a, where)}
         if isinstance(a, (list, tuple)):
-            items = [self.arg(x, f"{where}[{i}]", scope, depth + 1) for i, x in enumerate(a)]
+            self.deep(depth + 1, where)
+            items = [self.arg(x, f"{where}[{i}]", scope, depth + 2) for i, x in enumerate(a)]
             return {"list" if isinstance(a, list) else "tuple": items}
         if isinstance(a, slice):
             parts = (a.start, a.stop, a.step)
-            return {"slice": [self.arg(x, f"{where}.slice[{i}]", scope, depth + 1) for i, x in enumerate(parts)]}
+            self.deep(depth + 1, where)
+            return {"slice": [self.arg(x, f"{where}.slice[{i}]", scope, depth + 2) for i, x in enumerate(parts)]}
         if isinstance(a, SymExpr):
-            return {"sym": self.str_(a.expr, where)}
+            return {"sym": self.expr(a.expr, where, "a symbolic expression")}
         if isinstance(a, DType):
             return {"dtype": a.name}
         if isinstance(a, Device):
@@ -172,12 +197,12 @@ class _Writer:
         nodes = []
         for i, n in enumerate(g.nodes):
             w = f"{where}.nodes[{i}]"
-            args = [self.arg(a, f"{w}.args[{j}]", scope) for j, a in enumerate(n.args)]
+            args = [self.arg(a, f"{w}.args[{j}]", scope, 7) for j, a in enumerate(n.args)]
             kwargs = {}
             for k, a in n.kwargs.items():
                 if not isinstance(k, str):
                     raise FormatError(f"{w}.kwargs", f"keyword names must be strings, got {k!r}")
-                kwargs[self.ident(k, f"{w}.kwargs", "a keyword name")] = self.arg(a, f"{w}.kwargs.{k}", scope)
+                kwargs[self.ident(k, f"{w}.kwargs", "a keyword name")] = self.arg(a, f"{w}.kwargs.{k}", scope, 7)
             outputs = []
             for j, o in enumerate(n.outputs):
                 if o.name in scope:
@@ -187,9 +212,9 @@ class _Writer:
             for o in n.outputs:
                 scope[o.name] = o
             nodes.append({"op": self.str_(n.op, f"{w}.op", name=True), "args": args, "kwargs": kwargs,
-                          "outputs": outputs, "meta": self.json_(n.meta, f"{w}.meta")})
-        outputs = [self.arg(a, f"{where}.outputs[{i}]", scope) for i, a in enumerate(g.outputs)]
-        return {"inputs": inputs, "nodes": nodes, "outputs": outputs, "meta": self.json_(g.meta, f"{where}.meta")}
+                          "outputs": outputs, "meta": self.json_(n.meta, f"{w}.meta", 6)})
+        outputs = [self.arg(a, f"{where}.outputs[{i}]", scope, 5) for i, a in enumerate(g.outputs)]
+        return {"inputs": inputs, "nodes": nodes, "outputs": outputs, "meta": self.json_(g.meta, f"{where}.meta", 4)}
 
     def document(self) -> dict[str, Any]:
         p = self.program
@@ -197,6 +222,7 @@ class _Writer:
             raise FormatError("entry", f"entry graph {p.entry!r} is not among the graphs {sorted(p.graphs)}")
         graphs = {}
         for name, g in p.graphs.items():
+            self.ident(name, f"graphs.{name}", "a graph name")
             if name != g.name:
                 raise FormatError(f"graphs.{name}", f"graph is registered as {name!r} but is named {g.name!r}")
             graphs[name] = self.graph(g, f"graphs.{name}")
@@ -215,19 +241,23 @@ class _Writer:
             if not isinstance(name, str) or not name:
                 raise FormatError("weights", f"a weight name must be a non-empty string, got {name!r}")
             weights[self.str_(name, f"weights.{name}", name=True)] = {"type": self.type_(wt.meta, f"weights.{name}.type")}
+        if not all(isinstance(x, str) for x in p.producer) or len(p.producer) != 2:
+            raise FormatError("producer", f"expected (name, version) strings, got {p.producer!r}")
         return {
             "format": FORMAT_NAME,
             # A writer always writes the newest version it knows, whatever the program was read from.
             "format_version": f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
-            "producer": {"name": p.producer[0], "version": p.producer[1]},
+            "producer": {"name": self.str_(p.producer[0], "producer.name", name=True),
+                         "version": self.str_(p.producer[1], "producer.version", name=True)},
             "dialects": {self.ident(k, "dialects", "a dialect name"): self.str_(v, f"dialects.{k}", name=True)
                          for k, v in p.dialects.items()},
             "entry": p.entry,
             "graphs": graphs,
             "symbols": symbols,
-            "guards": [self.str_(g, f"guards[{i}]") for i, g in enumerate(p.guards)],
+            "guards": [self.expr(g, f"guards[{i}]", "a guard") if isinstance(g, str) else self.not_str(g, f"guards[{i}]")
+                       for i, g in enumerate(p.guards)],
             "weights": weights,
-            "metadata": self.json_(p.metadata, "metadata"),
+            "metadata": self.json_(p.metadata, "metadata", 2),
         }
 
 
