@@ -146,3 +146,37 @@ def test_item_and_nonzero_make_data_dependent_sizes():
     with pytest.raises(DataDependentError, match="float"):
         with mode:
             x.sum().item()
+
+
+@pytest.mark.skipif(torch.backends.cuda.is_built(), reason="this torch has CUDA: autograd on CUDA fakes works")
+def test_cuda_fakes_refuse_autograd_on_torch_without_cuda():
+    mode = FakeMode()
+    with pytest.raises(Exception, match="needs a torch built with CUDA"):
+        mode.fake([3, 4], device="cuda:0", requires_grad=True)
+    with mode:
+        t = torch.randn(3, 4, device="cuda")
+        with pytest.raises(Exception, match="needs a torch built with CUDA"):
+            t.requires_grad_()
+        u = torch.randn(3, device="cuda", requires_grad=True)
+        with pytest.raises(Exception, match="needs a torch built with CUDA"):
+            u * 2
+        with torch.no_grad():
+            assert (u * 2).device.type == "cuda"  # no autograd, no device guard
+
+
+def test_a_tracing_mode_above_the_fake_mode_sees_every_op():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    mode = FakeMode()
+    x = mode.from_real(torch.randn(4, 3))
+    with mode, Recorder():
+        y = torch.ones(3) + x.relu()
+    assert isinstance(y, FakeTensor) and y.shape == (4, 3)
+    assert seen == ["aten.ones.default", "aten.relu.default", "aten.add.Tensor"]

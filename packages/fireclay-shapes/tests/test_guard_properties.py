@@ -116,3 +116,21 @@ def test_rendered_guards_accept_exactly_the_same_trace(seed):
         assert run_guard(code, sizes) == want, (text, hint_values, sizes, decisions)
     assert env.check({s: hint_values[f"p{SOURCES.index(info.sources[0])}"]
                       for s, info in env.symbols.items()})
+
+
+@given(st.integers(0, 2**32))
+@settings(max_examples=60, deadline=None)
+def test_simplified_guard_set_accepts_exactly_what_the_full_set_accepts(seed):
+    rng = random.Random(seed)
+    env = ShapeEnv(duck_sizing=False)
+    leaves = {f"p{i}": env.create_symint(rng.randint(2, 12), src) for i, src in enumerate(SOURCES)}
+    for _ in range(rng.randint(2, 8)):
+        a, b = random_size_tree(rng, 2), random_size_tree(rng, 1)
+        bool(compare(rng.choice(RELATIONS), symbolic(a, leaves), symbolic(b, leaves)))
+    full = env.guards
+    declared = {info.symbol: info.declared for info in env.symbols.values()}
+    simple = full.simplified(declared)
+    assert len(simple) <= len(full)
+    for _ in range(60):
+        values = {f"s{i}": rng.randint(2, 16) for i in range(len(SOURCES))}
+        assert full.evaluate(values) == simple.evaluate(values), (full.dumps(), simple.dumps(), values)

@@ -49,3 +49,10 @@ def test_importing_the_package_does_not_import_torch():
     code = "import sys, fireclay_shapes; assert 'torch' not in sys.modules; print('ok')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_torch_adapter_says_it_needs_torch_when_torch_is_missing():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "try:\n    import fireclay_shapes.torch\nexcept ImportError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "needs torch installed" in out.stdout, out.stderr

@@ -10,6 +10,12 @@
 Importing this module imports torch; ``import fireclay_shapes`` alone does not.
 """
 
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as e:
+    raise ImportError("fireclay_shapes.torch is the torch adapter and needs torch installed "
+                      "(pip install torch); the rest of fireclay_shapes works without it") from e
+
 from ._fake import FakeMode, FakeTensor, UnsupportedOpError, fake_from_real
 from ._symnode import SymbolicNode, expr_of, make_symbool, make_symint
 

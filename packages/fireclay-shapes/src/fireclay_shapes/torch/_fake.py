@@ -50,11 +50,20 @@ class FakeTensor(torch.Tensor):
             dtype=meta.dtype, layout=meta.layout, device=_normalize_device(device),
             requires_grad=requires_grad,
         )
+        if requires_grad and _CUDA_MISSING and _normalize_device(device).type == "cuda":
+            raise _cuda_autograd_error(f"making a fake of size {tuple(meta.shape)} on {device}")
         r.meta = meta
         r.fake_mode = mode
         return r
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        # Runs above autograd, so it can refuse what would crash below it (see _refuse_cuda_autograd);
+        # results are returned as they come (no conversion to this class: ops already return fakes).
+        with torch._C.DisableTorchFunctionSubclass():
+            if _CUDA_MISSING:
+                _refuse_cuda_autograd(func, args, kwargs or {})
+            return func(*args, **(kwargs or {}))
 
     def __repr__(self, *, tensor_contents=None) -> str:
         sizes = ", ".join(str(s) for s in self.shape)
@@ -65,6 +74,31 @@ class FakeTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         mode = _mode_of(args, kwargs or {})
         return mode.run(func, args, kwargs or {})
+
+
+# On a torch built without CUDA, autograd's bookkeeping for a "cuda" tensor that requires grad
+# takes a CUDA device guard and aborts the process from C++ (it cannot be caught). Fakes refuse
+# that combination up front with an error instead.
+_CUDA_MISSING = not torch.backends.cuda.is_built()
+
+
+def _cuda_autograd_error(what: str) -> ShapeError:
+    return ShapeError(
+        f"{what}: a fake CUDA tensor that requires grad needs a torch built with CUDA (torch's "
+        f"autograd takes a CUDA device guard, which this build lacks and which would abort the "
+        f"process). Trace with requires_grad=False, or on the CPU, or on a CUDA build of torch.")
+
+
+def _refuse_cuda_autograd(func, args, kwargs) -> None:
+    flat = tree_flatten((args, kwargs))[0]
+    cuda = [a for a in flat if isinstance(a, FakeTensor) and a.device.type == "cuda"]
+    if not cuda:
+        return
+    name = getattr(func, "__name__", str(func))
+    if name == "requires_grad_" and (len(args) < 2 or args[1]) and kwargs.get("requires_grad", True):
+        raise _cuda_autograd_error(f"{name} on {cuda[0]!r}")
+    if torch.is_grad_enabled() and any(a.requires_grad for a in cuda):
+        raise _cuda_autograd_error(f"{name} on {cuda[0]!r}")
 
 
 def _mode_of(args, kwargs) -> FakeMode:
