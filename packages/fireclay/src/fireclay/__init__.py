@@ -1,13 +1,31 @@
-"""fireclay: A graph-mode compiler for PyTorch, built from separable stages."""
+"""fireclay: a graph-mode compiler for PyTorch, built from separable stages.
+
+    import fireclay
+    model = fireclay.compile(model)            # like torch.compile
+    fireclay.list_backends()                   # eager, aot_eager, fireclay, inductor, ...
+    with fireclay.config.patch(verify_correctness=True): ...
+
+Entry point: :func:`fireclay.compile` (``fireclay.api``).
+"""
 
 __version__ = "0.1.0"
 
 from fireclay_ir import require_sibling
 
-require_sibling("fireclay", __version__, "fireclay_ir", "fireclay-ir")
-require_sibling("fireclay", __version__, "fireclay_shapes", "fireclay-shapes")
-require_sibling("fireclay", __version__, "fireclay_capture", "fireclay-capture")
-require_sibling("fireclay", __version__, "fireclay_autograd", "fireclay-autograd")
-require_sibling("fireclay", __version__, "fireclay_loops", "fireclay-loops")
-require_sibling("fireclay", __version__, "fireclay_cpp", "fireclay-cpp")
-require_sibling("fireclay", __version__, "fireclay_triton", "fireclay-triton")
+for _module, _dist in [
+    ("fireclay_ir", "fireclay-ir"), ("fireclay_shapes", "fireclay-shapes"),
+    ("fireclay_capture", "fireclay-capture"), ("fireclay_autograd", "fireclay-autograd"),
+    ("fireclay_loops", "fireclay-loops"), ("fireclay_cpp", "fireclay-cpp"),
+    ("fireclay_triton", "fireclay-triton"),
+]:
+    require_sibling("fireclay", __version__, _module, _dist)
+
+from fireclay.api import OptimizedModule, compile  # noqa: E402
+from fireclay.backends import BackendNotFound, list_backends, lookup_backend, register_backend  # noqa: E402
+from fireclay.config import Config, config  # noqa: E402
+from fireclay.modes import list_mode_options, list_modes  # noqa: E402
+
+__all__ = [
+    "BackendNotFound", "Config", "OptimizedModule", "compile", "config", "list_backends",
+    "list_mode_options", "list_modes", "lookup_backend", "register_backend",
+]

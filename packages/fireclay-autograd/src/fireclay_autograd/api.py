@@ -1,0 +1,235 @@
+"""The entry points: compile a torch-dialect Program into a callable, or just look at its graphs.
+
+A *backend* (``fw_compiler``, ``bw_compiler``) is any callable ``(program, example_inputs) ->
+callable``: it receives an aten-dialect :class:`~fireclay_ir.Program` and one example tensor
+per graph input, and returns a function taking those inputs positionally and returning the
+graph's outputs as a sequence. The default runs the graph with this package's executor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fireclay_autograd import __version__
+from fireclay_autograd.convert import empty_like_meta, tensor_meta, torch_dtype
+from fireclay_autograd.executor import run_program
+from fireclay_autograd.joint import TracedGraph, trace_forward, trace_joint
+from fireclay_autograd.partition import Partition, partition
+from fireclay_autograd.runtime import InferenceRuntime, OutputPlan, TrainingRuntime
+from fireclay_ir import IRError, Program, Weight
+
+Backend = Callable[[Program, list[torch.Tensor]], Callable[..., Sequence[Any]]]
+
+
+def interpreter_backend(program: Program, example_inputs: list[torch.Tensor]) -> Callable[..., Sequence[Any]]:
+    """The default backend: run the aten graph op by op."""
+    return lambda *args: run_program(program, *args)
+
+
+def ir_interpreter_backend(program: Program, example_inputs: list[torch.Tensor]) -> Callable[..., Sequence[Any]]:
+    """Run the graph with fireclay-ir's reference interpreter. It binds parameter, buffer and
+    constant inputs from ``program.weights`` itself, so only the user inputs are passed on."""
+    from fireclay_ir import interpret
+
+    user = [i for i, spec in enumerate(program.main.input_specs) if spec.kind == "user"]
+    return lambda *args: interpret(program, *[args[i] for i in user])
+
+
+def _program(graph, source: Program | None, constants: dict[str, torch.Tensor] | None = None) -> Program:
+    """An aten-dialect Program around ``graph``, holding the weights its inputs name."""
+    program = Program.single(graph)
+    program.producer = ("fireclay-autograd", __version__)
+    program.dialects = {"aten": torch.__version__.split("+")[0]}
+    if source is not None:
+        program.symbols = dict(source.symbols)
+        program.metadata = dict(source.metadata)
+    for spec in graph.input_specs:
+        if spec.target is None:
+            continue
+        if constants and spec.target in constants:
+            program.weights[spec.target] = Weight(tensor_meta(constants[spec.target]), constants[spec.target])
+        elif source is not None and spec.target in source.weights:
+            program.weights[spec.target] = source.weights[spec.target]
+    return program
+
+
+def _bind_inputs(program: Program, example_inputs: Sequence[Any]) -> tuple[list[Any], list[int]]:
+    """All graph inputs (user inputs from ``example_inputs``, weights from the program) and the
+    positions of the user inputs."""
+    graph = program.main
+    user_positions = [i for i, s in enumerate(graph.input_specs) if s.kind == "user"]
+    if len(example_inputs) == len(graph.inputs):
+        return list(example_inputs), list(range(len(graph.inputs)))
+    if len(example_inputs) != len(user_positions):
+        raise IRError(f"the program takes {len(user_positions)} user inputs "
+                      f"({', '.join('%' + graph.inputs[i].name for i in user_positions)}), got {len(example_inputs)}")
+    bound: list[Any] = []
+    examples = iter(example_inputs)
+    for v, spec in zip(graph.inputs, graph.input_specs):
+        if spec.kind == "user":
+            bound.append(next(examples))
+            continue
+        weight = program.weights.get(spec.target)
+        if weight is None or weight.data is None:
+            raise IRError(f"input %{v.name} is the {spec.kind} {spec.target!r}, but the program holds no data "
+                          f"for it; load the program with its weights or pass every input explicitly")
+        bound.append(weight.data)
+    return bound, user_positions
+
+
+def trace_to_aten(program: Program, example_inputs: Sequence[Any]) -> Program:
+    """The program as one functional aten-dialect graph (the inference path: no autograd).
+
+    Its inputs are the program's inputs followed by lifted constants; its outputs are the
+    program's outputs followed by the new values of inputs the program mutates.
+    """
+    inputs, _ = _bind_inputs(program, example_inputs)
+    traced = trace_forward(program, inputs, regenerate_aliases=False)
+    return _program(traced.graph, program, traced.constants)
+
+
+@dataclass
+class AOTGraphs:
+    """The forward/backward pair for a program whose inputs require grad, and the trace it came
+    from. ``partition.forward`` returns the user outputs, the new values of mutated inputs,
+    then the saved tensors (``partition.saved``); ``partition.backward`` takes the saved tensors
+    then the tangents and returns the gradients of ``traced.grad_inputs``."""
+
+    traced: TracedGraph
+    partition: Partition
+
+    @property
+    def forward(self) -> Program:
+        return self.partition.forward
+
+    @property
+    def backward(self) -> Program:
+        return self.partition.backward
+
+
+def aot_graphs(program: Program, example_inputs: Sequence[Any], *, partitioner: str = "min_cut") -> AOTGraphs:
+    """Trace the joint graph of ``program`` and partition it (for inspection and benchmarks)."""
+    inputs, _ = _bind_inputs(program, example_inputs)
+    return _aot_graphs(program, inputs, partitioner)
+
+
+def _aot_graphs(program: Program, inputs: list[Any], partitioner: str) -> AOTGraphs:
+    traced = trace_joint(program, inputs)
+    f = traced.functional
+    num_fw_outputs = f.num_user_outputs + len(f.mutated_inputs)
+    part = partition(traced.graph, traced.num_forward_inputs, num_fw_outputs, strategy=partitioner)
+    part.forward = _program(part.forward.main, program, traced.constants)
+    part.backward = _program(part.backward.main, program)
+    return AOTGraphs(traced, part)
+
+
+class CompiledProgram:
+    """A program compiled for both paths, each traced on first use: the inference path when
+    grad mode is off or no input requires grad, the training path otherwise."""
+
+    def __init__(self, program: Program, example_inputs: Sequence[Any], *, fw_compiler: Backend | None = None,
+                 bw_compiler: Backend | None = None, inference_compiler: Backend | None = None,
+                 partitioner: str = "min_cut"):
+        self.program = program
+        self.fw_compiler = fw_compiler or interpreter_backend
+        self.bw_compiler = bw_compiler or self.fw_compiler
+        self.inference_compiler = inference_compiler or self.fw_compiler
+        self.partitioner = partitioner
+        inputs, self._user_positions = _bind_inputs(program, example_inputs)
+        self._weights = {i: x for i, x in enumerate(inputs) if i not in self._user_positions}
+        self._signature = [_signature(x) for x in inputs]
+        self._inference: InferenceRuntime | None = None
+        self._training: TrainingRuntime | None = None
+        self.graphs: AOTGraphs | None = None
+
+    def __call__(self, *user_inputs: Any) -> tuple:
+        inputs = self._full_inputs(user_inputs)
+        needs_grad = torch.is_grad_enabled() and any(
+            isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+        if needs_grad:
+            if self._training is None:
+                self._training = self._compile_training(inputs)
+            return self._training(*inputs)
+        if self._inference is None:
+            self._inference = self._compile_inference(inputs)
+        return self._inference(*inputs)
+
+    def _full_inputs(self, user_inputs: Sequence[Any]) -> list[Any]:
+        if len(user_inputs) != len(self._user_positions):
+            raise TypeError(f"compiled program takes {len(self._user_positions)} inputs, got {len(user_inputs)}")
+        inputs: list[Any] = [None] * len(self._signature)
+        for pos, x in zip(self._user_positions, user_inputs):
+            inputs[pos] = x
+        for pos, x in self._weights.items():
+            inputs[pos] = x
+        for i, (x, want) in enumerate(zip(inputs, self._signature)):
+            if _signature(x) != want:
+                name = self.program.main.inputs[i].name
+                raise TypeError(f"input %{name} is {_describe(_signature(x))} but the program was compiled for "
+                                f"{_describe(want)}; recompile for the new shapes")
+        return inputs
+
+    def _compile_inference(self, inputs: list[Any]) -> InferenceRuntime:
+        traced = trace_forward(self.program, inputs)
+        constants = list(traced.constants.values())
+        program = _program(traced.graph, self.program, traced.constants)
+        compiled = self.inference_compiler(program, list(inputs) + constants)
+        f = traced.functional
+        plan = OutputPlan(f.num_user_outputs, f.mutated_inputs, f.output_aliases, f.num_intermediate_bases)
+        return InferenceRuntime(compiled, plan, constants)
+
+    def _compile_training(self, inputs: list[Any]) -> TrainingRuntime:
+        graphs = self.graphs = _aot_graphs(self.program, inputs, self.partitioner)
+        traced, part = graphs.traced, graphs.partition
+        constants = list(traced.constants.values())
+        fw = self.fw_compiler(part.forward, list(inputs) + constants)
+        bw = self.bw_compiler(part.backward, _examples(part.backward))
+        f = traced.functional
+        plan = OutputPlan(f.num_user_outputs, f.mutated_inputs, f.output_aliases, 0)
+        tangent_metas = []
+        for v in traced.graph.inputs[traced.num_forward_inputs:]:
+            tangent_metas.append((torch.Size(v.meta.shape), torch_dtype(v.meta.dtype), torch.device(v.meta.device)))
+        return TrainingRuntime(fw, bw, plan, constants, len(part.saved), traced.tangent_outputs,
+                               traced.grad_inputs, tangent_metas)
+
+
+def _signature(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return ("tensor", tuple(x.shape), x.dtype, x.device.type)
+    return ("value", type(x).__name__)
+
+
+def _describe(sig: Any) -> str:
+    if sig[0] == "tensor":
+        return f"a {sig[2]} tensor of shape {list(sig[1])} on {sig[3]}"
+    return f"a {sig[1]}"
+
+
+def _examples(program: Program) -> list[torch.Tensor]:
+    return [empty_like_meta(v.meta, v.meta.device).zero_() for v in program.main.inputs]
+
+
+def compile_program(program: Program, example_inputs: Sequence[Any], *, fw_compiler: Backend | None = None,
+                    bw_compiler: Backend | None = None, inference_compiler: Backend | None = None,
+                    partitioner: str = "min_cut") -> CompiledProgram:
+    """Compile a torch-dialect ``program`` into a callable taking its user inputs (weights are
+    bound from ``program.weights``, or pass every graph input). Gradients flow to inputs that
+    require grad as in eager; inputs the program mutates are updated in place."""
+    return CompiledProgram(program, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                           inference_compiler=inference_compiler, partitioner=partitioner)
+
+
+def aot_backend(fw_compiler: Backend | None = None, bw_compiler: Backend | None = None, *,
+                partitioner: str = "min_cut") -> Backend:
+    """A capture backend ``(program, example_inputs) -> callable`` that runs this package's
+    pipeline and hands the aten graphs to ``fw_compiler`` / ``bw_compiler``."""
+
+    def backend(program: Program, example_inputs: list[torch.Tensor]) -> Callable[..., Sequence[Any]]:
+        return compile_program(program, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                               partitioner=partitioner)
+
+    return backend

@@ -1,0 +1,155 @@
+"""Run torch- and aten-dialect graphs on torch tensors, node by node.
+
+This is the package's own small executor: the tracer needs to know which torch-dialect node is
+running (to carry its source location onto the aten nodes it produces), which a plain
+interpreter does not tell. Op names resolve only against fixed roots (never an import path), so
+running a program from a file is safe.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fireclay_autograd.convert import from_ir_atom
+from fireclay_ir import Graph, IRError, Node, Program, SymExpr, Value, map_values
+
+_TORCH_ROOTS: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor, "operator": operator, "math": math}
+_OVERLOAD_PACKETS = {"aten": torch.ops.aten, "prims": torch.ops.prims}
+_cache: dict[str, Callable] = {}
+
+
+def resolve_op(op: str) -> Callable:
+    """The callable behind an op name of the torch, aten or prims dialect."""
+    fn = _cache.get(op)
+    if fn is None:
+        fn = _cache[op] = _resolve(op)
+    return fn
+
+
+def aten_overload(op: str) -> torch._ops.OpOverload:
+    """``aten::add.Tensor`` -> ``torch.ops.aten.add.Tensor``."""
+    dialect, _, target = op.partition("::")
+    packets = _OVERLOAD_PACKETS.get(dialect)
+    if packets is None:
+        raise IRError(f"{op!r} is not an aten or prims op")
+    name, _, overload = target.partition(".")
+    try:
+        return getattr(getattr(packets, name), overload or "default")
+    except (AttributeError, RuntimeError):
+        raise IRError(f"unknown op {op!r}: torch {torch.__version__} has no such overload") from None
+
+
+def op_name(overload: torch._ops.OpOverload) -> str:
+    """``torch.ops.aten.add.Tensor`` -> ``aten::add.Tensor``."""
+    return f"{overload.namespace}::{overload._opname}.{overload._overloadname}"
+
+
+def _resolve(op: str) -> Callable:
+    dialect, _, target = op.partition("::")
+    if dialect in _OVERLOAD_PACKETS:
+        return aten_overload(op)
+    if dialect != "torch":
+        raise IRError(f"cannot run op {op!r}: this executor knows the torch, aten and prims dialects")
+    root_name, _, rest = target.partition(".")
+    obj = _TORCH_ROOTS.get(root_name)
+    if obj is None or not rest:
+        raise IRError(f"cannot resolve torch-dialect op {op!r}: it must start with one of {sorted(_TORCH_ROOTS)}")
+    path = rest.split(".")
+    for part in path:
+        if part.startswith("_") and part not in ("__getitem__", "__setitem__"):
+            raise IRError(f"refusing private name {part!r} in op {op!r}")
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise IRError(f"torch-dialect op {op!r} does not exist in torch {torch.__version__}") from None
+    if root_name == "Tensor" and isinstance(obj, (property, type(torch.Tensor.shape))):
+        attr = path[-1]
+        return lambda self: getattr(self, attr)
+    return obj
+
+
+def _materialize(arg: Any, env: dict[Value, Any], symbols: dict[str, int]) -> Any:
+    def fn(v: Value) -> Any:
+        try:
+            return env[v]
+        except KeyError:
+            raise IRError(f"%{v.name} is read before it is defined") from None
+
+    def atom(a: Any) -> Any:
+        if isinstance(a, SymExpr):
+            if a.expr in symbols:
+                return symbols[a.expr]
+            raise IRError(f"symbolic size {a.expr!r} is not supported by this executor yet")
+        if isinstance(a, (list, tuple)):
+            return type(a)(atom(x) for x in a)
+        if isinstance(a, dict):
+            return {k: atom(x) for k, x in a.items()}
+        if isinstance(a, slice):
+            return slice(atom(a.start), atom(a.stop), atom(a.step))
+        return from_ir_atom(a)
+
+    return atom(map_values(arg, fn))
+
+
+def run_graph(
+    graph: Graph,
+    inputs: list[Any],
+    *,
+    on_node: Callable[[Node], Any] | None = None,
+    after_node: Callable[[Node, Any], None] | None = None,
+    symbols: dict[str, int] | None = None,
+) -> list[Any]:
+    """Run ``graph`` on ``inputs``; ``on_node(node)`` may return a context manager entered
+    around each node's call (the tracer's hook for source locations); ``after_node(node,
+    result)`` sees each node's result."""
+    if len(inputs) != len(graph.inputs):
+        raise IRError(f"graph {graph.name!r} takes {len(graph.inputs)} inputs, got {len(inputs)}")
+    symbols = symbols or {}
+    env: dict[Value, Any] = dict(zip(graph.inputs, inputs))
+    for node in graph.nodes:
+        fn = resolve_op(node.op)
+        args = _materialize(node.args, env, symbols)
+        kwargs = _materialize(node.kwargs, env, symbols)
+        ctx = on_node(node) if on_node is not None else None
+        try:
+            if ctx is not None:
+                with ctx:
+                    result = fn(*args, **kwargs)
+            else:
+                result = fn(*args, **kwargs)
+        except IRError:
+            raise
+        except Exception as exc:
+            where = _where(node)
+            raise type(exc)(f"{exc}\n  while running {node!r}{where}") from exc
+        _bind_outputs(node, result, env)
+        if after_node is not None:
+            after_node(node, result)
+    return _materialize(list(graph.outputs), env, symbols)
+
+
+def _bind_outputs(node: Node, result: Any, env: dict[Value, Any]) -> None:
+    if len(node.outputs) == 1:
+        env[node.outputs[0]] = result
+    elif node.outputs:
+        if not isinstance(result, (tuple, list)) or len(result) != len(node.outputs):
+            raise IRError(f"{node!r} declares {len(node.outputs)} outputs but its op returned {type(result).__name__}")
+        for v, r in zip(node.outputs, result):
+            env[v] = r
+
+
+def _where(node: Node) -> str:
+    src = node.meta.get("source")
+    if not src:
+        return ""
+    return f"\n  from {src.get('file')}:{src.get('line')}: {src.get('text', '').strip()}"
+
+
+def run_program(program: Program, *args: Any) -> tuple:
+    """Run the entry graph of ``program`` on real tensors (the default backend's engine)."""
+    return tuple(run_graph(program.main, list(args)))

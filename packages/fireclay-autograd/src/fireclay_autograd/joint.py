@@ -1,0 +1,153 @@
+"""Trace a torch-dialect program to the aten dialect: forward only, or forward and backward.
+
+:func:`trace_forward` runs the program once on fakes under :class:`AtenTracer` (the inference
+path: nothing requires grad). :func:`trace_joint` does the same with grad enabled, then calls
+``torch.autograd.grad`` on the differentiable outputs with one *tangent* input per output, still
+under the tracer, so torch's own autograd writes the backward into the same graph. Both
+results are functionalized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from fireclay_autograd.executor import run_graph
+from fireclay_autograd.fake import FakeTensor
+from fireclay_autograd.functionalize import FunctionalGraph, functionalize
+from fireclay_autograd.tracer import AUTOGRAD_META_KEY, CARRIED_META, AtenTracer
+from fireclay_ir import Graph, InputSpec, IRError, Node, Program, Value
+
+
+@dataclass
+class TracedGraph:
+    """A functional aten graph and what the runtime needs to know about it.
+
+    Graph inputs: the program's inputs in order, then lifted ``constants``, then (joint graphs
+    only) one tangent per entry of ``tangent_outputs``. Graph outputs: the user outputs,
+    the new values of ``functional.mutated_inputs``, then (joint graphs only) one gradient per
+    entry of ``grad_inputs``.
+    """
+
+    functional: FunctionalGraph
+    num_program_inputs: int
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)
+    tangent_outputs: list[int] = field(default_factory=list)
+    grad_inputs: list[int] = field(default_factory=list)
+    output_requires_grad: list[bool] = field(default_factory=list)
+
+    @property
+    def graph(self) -> Graph:
+        return self.functional.graph
+
+    @property
+    def num_forward_inputs(self) -> int:
+        return self.num_program_inputs + len(self.constants)
+
+
+def _start(program: Program, inputs: list[Any], name: str, grad: bool) -> tuple[AtenTracer, list[Any]]:
+    source = program.main
+    if len(inputs) != len(source.inputs):
+        raise IRError(f"program {program.entry!r} takes {len(source.inputs)} inputs, got {len(inputs)}")
+    graph = Graph(name)
+    tracer = AtenTracer(graph)
+    fakes: list[Any] = []
+    for v, spec, x in zip(source.inputs, source.input_specs, inputs):
+        if isinstance(x, torch.Tensor):
+            fakes.append(tracer.add_input(v.name, x, spec, requires_grad=grad and x.requires_grad))
+        else:
+            raise IRError(f"input %{v.name} must be a tensor here, got {type(x).__name__}")
+    return tracer, fakes
+
+
+def _run(program: Program, tracer: AtenTracer, fakes: list[Any], *, tag_autograd: bool = False) -> list[Any]:
+    after = _tag_autograd_nodes if tag_autograd else None
+    return run_graph(program.main, fakes, on_node=lambda node: tracer.node_meta(node.meta), after_node=after)
+
+
+def _tag_autograd_nodes(node: Node, result: Any) -> None:
+    """Label the autograd nodes a torch-dialect node created with its source, so the backward
+    ops they later run are attributed to the user's line (see AtenTracer)."""
+    carried = {k: node.meta[k] for k in CARRIED_META if k in node.meta}
+    if not carried:
+        return
+    stack = [t.grad_fn for t in pytree.tree_leaves(result) if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+    while stack:
+        fn = stack.pop()
+        if fn is None or AUTOGRAD_META_KEY in fn.metadata:
+            continue
+        fn.metadata[AUTOGRAD_META_KEY] = carried
+        stack.extend(next_fn for next_fn, _ in fn.next_functions)
+
+
+def _output_values(tracer: AtenTracer, outs: list[Any]) -> list[Any]:
+    values = []
+    for o in outs:
+        if isinstance(o, FakeTensor):
+            values.append(o.value)
+        elif isinstance(o, torch.Tensor):
+            values.append(tracer._lift(o).value)
+        elif o is None or isinstance(o, (bool, int, float, str)):
+            values.append(o)
+        else:
+            raise IRError(f"a compiled program cannot return a {type(o).__name__}")
+    return values
+
+
+def trace_forward(program: Program, inputs: list[Any], *, regenerate_aliases: bool = True) -> TracedGraph:
+    """The inference path: the program as one functional aten graph, no autograd."""
+    tracer, fakes = _start(program, inputs, "forward", grad=False)
+    with torch.no_grad(), tracer:
+        outs = _run(program, tracer, fakes)
+    tracer.graph.set_outputs(_output_values(tracer, outs))
+    functional = functionalize(tracer.graph, len(outs), regenerate_aliases=regenerate_aliases)
+    return TracedGraph(functional, len(fakes), dict(tracer.constants), output_requires_grad=[False] * len(outs))
+
+
+def _is_differentiable(o: Any) -> bool:
+    return isinstance(o, FakeTensor) and o.requires_grad and (o.dtype.is_floating_point or o.dtype.is_complex)
+
+
+def trace_joint(program: Program, inputs: list[Any]) -> TracedGraph:
+    """Forward and backward in one functional graph (see :class:`TracedGraph` for its layout)."""
+    tracer, fakes = _start(program, inputs, "joint", grad=True)
+    with torch.enable_grad(), tracer, tracer.node_meta({"autograd.phase": "forward"}):
+        outs = _run(program, tracer, fakes, tag_autograd=True)
+    out_values = _output_values(tracer, outs)
+    tangent_outputs = [i for i, o in enumerate(outs) if _is_differentiable(o)]
+    grad_inputs = [i for i, f in enumerate(fakes) if isinstance(f, FakeTensor) and f.requires_grad]
+    tangents = []
+    for i in tangent_outputs:
+        o = outs[i]
+        example = FakeTensor(torch.empty(o.shape, dtype=o.dtype, device="meta"), o.fake_device)
+        tangents.append(tracer.add_input(f"tangent_{i}", example, InputSpec()))
+    grads: list[Any] = [None] * len(grad_inputs)
+    if tangent_outputs and grad_inputs:
+        with torch.enable_grad(), tracer, tracer.node_meta({"autograd.phase": "backward"}):
+            grads = list(torch.autograd.grad(
+                [outs[i] for i in tangent_outputs], [fakes[i] for i in grad_inputs], tangents, allow_unused=True,
+            ))
+    grad_values: list[Value | None] = []
+    for g in grads:
+        grad_values.append(None if g is None else _output_values(tracer, [g])[0])
+    tracer.graph.set_outputs(out_values + grad_values)
+    # The lifted constants were appended to the inputs after the tangents; move them before.
+    _inputs_in_order(tracer.graph, len(fakes), len(tangents))
+    functional = functionalize(tracer.graph, len(outs), regenerate_aliases=False)
+    return TracedGraph(
+        functional, len(fakes), dict(tracer.constants), tangent_outputs, grad_inputs,
+        output_requires_grad=[i in tangent_outputs for i in range(len(outs))],
+    )
+
+
+def _inputs_in_order(graph: Graph, num_program_inputs: int, num_tangents: int) -> None:
+    n = num_program_inputs
+    tangents = graph.inputs[n:n + num_tangents]
+    constants = graph.inputs[n + num_tangents:]
+    specs = graph.input_specs[n:n + num_tangents], graph.input_specs[n + num_tangents:]
+    graph.inputs[n:] = constants + tangents
+    graph.input_specs[n:] = specs[1] + specs[0]
+

@@ -1,0 +1,127 @@
+"""Run compiled forward/backward callables as a ``torch.autograd.Function``.
+
+The compiled halves are plain callables over tensors (whatever a backend produced). This
+module restores eager semantics around them: outputs that do not require grad in eager are
+marked non-differentiable, missing output gradients become zeros, mutated inputs are written
+back once with ``copy_``, outputs that alias inputs are handed back as real views of those
+inputs, and a second differentiation fails with a clear message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fireclay_autograd.functionalize import OutputAlias
+
+CompiledFn = Callable[..., Sequence[Any]]
+
+
+class DoubleBackwardError(RuntimeError):
+    """Raised when a graph compiled by fireclay-autograd is differentiated twice."""
+
+
+@dataclass
+class OutputPlan:
+    """How the runtime turns the compiled graph's outputs into what the user gets."""
+
+    num_user_outputs: int
+    mutated_inputs: list[int] = field(default_factory=list)
+    output_aliases: list[OutputAlias | None] = field(default_factory=list)
+    num_intermediate_bases: int = 0
+
+    def finish(self, inputs: Sequence[Any], results: Sequence[Any]) -> tuple:
+        """Write mutations back into ``inputs`` and rebuild aliasing outputs."""
+        n, m = self.num_user_outputs, len(self.mutated_inputs)
+        user = list(results[:n])
+        if m:
+            with torch.no_grad():
+                for index, new in zip(self.mutated_inputs, results[n:n + m]):
+                    inputs[index].copy_(new)
+        bases = results[n + m:n + m + self.num_intermediate_bases]
+        for i, alias in enumerate(self.output_aliases):
+            if alias is None:
+                continue
+            x = inputs[alias.index] if alias.kind == "input" else bases[alias.index]
+            for step in alias.chain:
+                x = step.apply(x)
+            user[i] = x
+        return tuple(user)
+
+
+@dataclass
+class InferenceRuntime:
+    """The no-autograd path: one compiled graph, then write-back and aliasing."""
+
+    forward: CompiledFn
+    plan: OutputPlan
+    constants: list[torch.Tensor]
+
+    def __call__(self, *inputs: Any) -> tuple:
+        results = self.forward(*inputs, *self.constants)
+        return self.plan.finish(inputs, results)
+
+
+@dataclass
+class TrainingRuntime:
+    """The autograd path: compiled forward and backward joined by :class:`CompiledFunction`.
+
+    ``forward`` returns the user outputs, the new values of mutated inputs, then the saved
+    tensors. ``backward`` takes the saved tensors then one tangent per ``tangent_outputs``
+    entry and returns one gradient per ``grad_inputs`` entry.
+    """
+
+    forward: CompiledFn
+    backward: CompiledFn
+    plan: OutputPlan
+    constants: list[torch.Tensor]
+    num_saved: int
+    tangent_outputs: list[int]
+    grad_inputs: list[int]
+    tangent_metas: list[tuple[torch.Size, torch.dtype, torch.device]] = field(default_factory=list)
+
+    def __call__(self, *inputs: Any) -> tuple:
+        results = CompiledFunction.apply(self, *inputs, *self.constants)
+        return self.plan.finish(inputs, results)
+
+
+class CompiledFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, runtime: TrainingRuntime, *inputs: Any):
+        results = list(runtime.forward(*inputs))
+        n_out = runtime.plan.num_user_outputs + len(runtime.plan.mutated_inputs)
+        outputs, saved = results[:n_out], results[n_out:]
+        if len(saved) != runtime.num_saved:
+            raise RuntimeError(f"the compiled forward returned {len(saved)} saved tensors, expected {runtime.num_saved}")
+        ctx.runtime = runtime
+        ctx.save_for_backward(*saved)
+        differentiable = set(runtime.tangent_outputs)
+        ctx.mark_non_differentiable(*[o for i, o in enumerate(outputs)
+                                      if isinstance(o, torch.Tensor) and i not in differentiable])
+        ctx.set_materialize_grads(False)
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs: Any):
+        if torch.is_grad_enabled():
+            raise DoubleBackwardError(
+                "double backward (create_graph=True, or a gradient of a gradient) through a graph "
+                "compiled by fireclay-autograd is not supported; compute higher-order gradients "
+                "eagerly, outside the compiled region")
+        runtime: TrainingRuntime = ctx.runtime
+        tangents = []
+        for k, i in enumerate(runtime.tangent_outputs):
+            g = grad_outputs[i]
+            if g is None:
+                shape, dtype, device = runtime.tangent_metas[k]
+                g = torch.zeros(shape, dtype=dtype, device=device)
+            tangents.append(g.contiguous())
+        grads = list(runtime.backward(*ctx.saved_tensors, *tangents))
+        n_inputs = ctx.needs_input_grad.__len__() - 1
+        result: list[Any] = [None] * n_inputs
+        for index, g in zip(runtime.grad_inputs, grads):
+            result[index] = g
+        return (None, *result)

@@ -1,0 +1,223 @@
+"""Record the ATen calls a computation makes into a fireclay-ir Graph.
+
+:class:`AtenTracer` is a ``TorchDispatchMode``: every op reaching the dispatcher below autograd
+(the forward ops, and, when the backward is traced, the backward ops too) arrives at
+``__torch_dispatch__``, runs on meta tensors to learn its output metadata, and is appended to
+the graph as an ``aten::`` node. Tensors flowing through the trace are :class:`FakeTensor` s
+carrying the IR value that names them.
+
+The recorded graph is *imperative*: in-place ops and views are recorded as they happen, and a
+value names a tensor object whose contents may change. :mod:`fireclay_autograd.functionalize`
+turns it into a pure dataflow graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from fireclay_autograd.convert import scalar_type, tensor_meta, to_ir_atom
+from fireclay_autograd.decompose import decomposition_for
+from fireclay_autograd.executor import op_name
+from fireclay_autograd.fake import FakeTensor, fake_from, unwrap
+from fireclay_ir import Graph, InputSpec, IRError, ScalarType, Value
+
+# Meta keys of the torch-dialect node that are carried over onto every aten node it produces.
+CARRIED_META = ("source", "stack", "module")
+# Where the forward leaves a torch node's meta on the autograd nodes it creates, so that the
+# backward ops those run carry the same source line.
+AUTOGRAD_META_KEY = "fireclay.meta"
+
+
+class TracingError(RuntimeError):
+    """An op could not be traced; the message names the op and the user's source line."""
+
+
+class AtenTracer(TorchDispatchMode):
+    """Records aten calls on :class:`FakeTensor` s into ``graph``.
+
+    ``decompose``: replace non-core ops by their decompositions (see
+    :mod:`fireclay_autograd.decompose`). Real tensors met during the trace (constants made by
+    ``torch.tensor(...)`` in the user's code) become graph inputs of kind ``constant``; they are
+    listed in :attr:`constants` by name.
+    """
+
+    def __init__(self, graph: Graph, *, decompose: bool = True):
+        super().__init__()
+        self.graph = graph
+        self.decompose = decompose
+        self.constants: dict[str, torch.Tensor] = {}
+        self._node_meta: dict[str, Any] = {}
+        self._constant_fakes: dict[int, FakeTensor] = {}
+
+    # -- inputs and context
+    def add_input(self, name: str, example: torch.Tensor, spec: InputSpec | None = None,
+                  requires_grad: bool | None = None) -> FakeTensor:
+        """A graph input with the metadata of ``example``, and the fake that stands for it."""
+        fake = fake_from(example, requires_grad=requires_grad)
+        meta = tensor_meta(fake.elem, fake.fake_device).with_(requires_grad=fake.requires_grad)
+        fake.value = self.graph.add_input(name, meta, spec)
+        return fake
+
+    @contextlib.contextmanager
+    def node_meta(self, meta: dict[str, Any]) -> Iterator[None]:
+        """Within the block, recorded nodes carry ``meta`` (the torch node's source and so on)."""
+        saved = self._node_meta
+        self._node_meta = {**saved, **meta}
+        try:
+            yield
+        finally:
+            self._node_meta = saved
+
+    # -- the mode
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.decompose:
+            if func._schema.is_mutable:
+                out = self._decompose_mutation(func, args, kwargs)
+            else:
+                decomposition = decomposition_for(func)
+                out = NotImplemented
+                if decomposition is not None:
+                    with self:
+                        out = decomposition(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        return self._record(func, args, kwargs)
+
+    def _decompose_mutation(self, func, args, kwargs):
+        """``x.op_(...)`` whose functional ``op`` is not core becomes ``x.copy_(op(x, ...))`` with
+        ``op`` decomposed; core ones are recorded whole for functionalization to rewrite."""
+        functional = functional_variant(func)
+        if (functional is None or functional.is_view or decomposition_for(functional) is None
+                or len(func._schema.returns) != 1):
+            return NotImplemented
+        target = _mutated_argument(func, 0, args, kwargs)
+        if target is None or target is not (args[0] if args else None):
+            return NotImplemented
+        with self:
+            result = functional(*args, **kwargs)
+            target.copy_(result)
+        return target
+
+    def _lift(self, t: torch.Tensor) -> FakeTensor:
+        fake = self._constant_fakes.get(id(t))
+        if fake is None:
+            name = f"_const{len(self.constants)}"
+            self.constants[name] = t
+            fake = fake_from(t, requires_grad=False)
+            fake.value = self.graph.add_input(name, tensor_meta(t), InputSpec("constant", name))
+            self._constant_fakes[id(t)] = fake
+        return fake
+
+    def _record(self, func, args, kwargs):
+        name = op_name(func)
+        lift = lambda x: self._lift(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x  # noqa: E731
+        args = pytree.tree_map(lift, args)
+        kwargs = pytree.tree_map(lift, kwargs)
+        if torch.Tag.data_dependent_output in func.tags:
+            raise TracingError(f"{name} produces a data-dependent value (like .item() or .tolist()), which a "
+                               f"graph cannot hold yet{self._where()}\n  move it out of the compiled region")
+        meta_args, meta_kwargs, device = unwrap(args, kwargs)
+        try:
+            out = func(*meta_args, **meta_kwargs)
+        except Exception as exc:
+            raise TracingError(f"cannot trace {name}: {exc}{self._where()}") from exc
+        flat_out = list(out) if isinstance(out, (tuple, list)) else [out]
+        types = []
+        for o in flat_out:
+            if isinstance(o, torch.Tensor):
+                types.append(tensor_meta(o, device).with_(requires_grad=False))
+            elif o is None:
+                types.append(ScalarType("opaque"))
+            elif isinstance(o, (int, float, bool)):
+                raise TracingError(f"{name} produces a data-dependent Python value, which a graph cannot "
+                                   f"hold yet{self._where()}; move .item()/.tolist() out of the compiled region")
+            else:
+                types.append(scalar_type(o))
+        ir_args = pytree.tree_map(_to_ir, args)
+        ir_kwargs = pytree.tree_map(_to_ir, kwargs)
+        meta = {k: self._node_meta[k] for k in CARRIED_META if k in self._node_meta}
+        if not meta:
+            meta = self._backward_source()
+        meta.update({k: v for k, v in self._node_meta.items() if k.startswith("autograd.")})
+        node_out = self.graph.call(name, ir_args, ir_kwargs, out=types, meta=meta)
+        wrapped = [self._wrap(func, i, o, v, args, kwargs, device) for i, (o, v) in enumerate(zip(flat_out, node_out))]
+        if isinstance(out, tuple):
+            return tuple(wrapped)
+        if isinstance(out, list):
+            return wrapped
+        return wrapped[0]
+
+    def _wrap(self, func, index, out, value: Value, args, kwargs, device) -> Any:
+        if not isinstance(out, torch.Tensor):
+            return out
+        mutated = _mutated_argument(func, index, args, kwargs)
+        if mutated is not None:
+            return mutated  # an in-place or out= op returns the very tensor it wrote
+        fake = FakeTensor(out, device)
+        fake.value = value
+        return fake
+
+    @staticmethod
+    def _backward_source() -> dict[str, Any]:
+        # While the backward runs, the autograd node being executed is the one the forward
+        # tagged with the torch node's meta.
+        current = torch._C._current_autograd_node()
+        if current is None:
+            return {}
+        return dict(current.metadata.get(AUTOGRAD_META_KEY, {}))
+
+    def _where(self) -> str:
+        src = self._node_meta.get("source")
+        if not src:
+            return ""
+        return f"\n  at {src.get('file')}:{src.get('line')}: {str(src.get('text', '')).strip()}"
+
+
+# In-place overloads whose functional twin has another overload name.
+_FUNCTIONAL_OVERLOADS = {("bernoulli_", "float"): ("bernoulli", "p")}
+
+
+def functional_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """``aten.add_.Tensor`` -> ``aten.add.Tensor`` (the same overload without the trailing
+    underscore), when torch has it."""
+    special = _FUNCTIONAL_OVERLOADS.get((func._opname, func._overloadname))
+    if special is not None:
+        return getattr(getattr(torch.ops.aten, special[0]), special[1])
+    name = func._opname
+    if not name.endswith("_") or name.startswith("_") and name.count("_") == 2:
+        return None
+    packet = getattr(torch.ops.aten, name[:-1], None)
+    if packet is None:
+        return None
+    return getattr(packet, func._overloadname, None)
+
+
+def _to_ir(x: Any) -> Any:
+    if isinstance(x, FakeTensor):
+        if x.value is None:
+            raise IRError("a fake tensor from outside this trace reached the tracer")
+        return x.value
+    return to_ir_atom(x)
+
+
+def _mutated_argument(func, index: int, args, kwargs) -> Any:
+    """The argument an op's ``index``-th result is written into (``Tensor(a!)``), if any."""
+    returns = func._schema.returns
+    if index >= len(returns):
+        return None
+    alias = returns[index].alias_info
+    if alias is None or not alias.is_write:
+        return None
+    for pos, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.before_set == alias.before_set:
+            if arg.kwarg_only or arg.name in kwargs:
+                return kwargs.get(arg.name)
+            return args[pos] if pos < len(args) else None
+    return None

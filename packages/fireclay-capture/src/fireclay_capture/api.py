@@ -1,0 +1,210 @@
+"""``capture(fn_or_module)``: the entry point. A captured callable binds its arguments, checks
+the guards of its cache entries, and runs the first entry that matches; on a miss it traces the
+function's bytecode again (up to the recompile limit)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import types
+import warnings
+from typing import Any
+
+import torch
+
+from fireclay_capture import config
+from fireclay_capture.backends import lookup_backend
+from fireclay_capture.cache import CacheEntry, CaptureStats, CodeCache
+from fireclay_capture.errors import CaptureError, NeedsFakeTensors, Unsupported, format_location
+from fireclay_capture.interpreter import Frame
+from fireclay_capture.outputs import attribute_writes, output_spec
+from fireclay_capture.sources import ConstSource, LocalSource
+from fireclay_capture.tracer import Tracer
+from fireclay_capture.variables.base import CellVar
+from fireclay_capture.variables.builder import wrap
+from fireclay_capture.variables.objects import _hooks_of
+
+log = logging.getLogger("fireclay_capture")
+
+
+def capture(fn_or_module=None, *, backend="eager", fullgraph: bool = False, dynamic: bool | None = None):
+    """Capture a function or ``nn.Module`` into fireclay-ir graphs and run them via ``backend``.
+
+    Usable as ``capture(fn)``, ``capture(module)``, ``@capture`` or ``@capture(backend=...)``.
+    ``fullgraph=True`` turns anything the capture cannot trace into a :class:`CaptureError`
+    naming the user's file and line; otherwise such a frame runs eagerly.
+    """
+    if fn_or_module is None:
+        return lambda target: CapturedFunction(target, backend, fullgraph, dynamic)
+    return CapturedFunction(fn_or_module, backend, fullgraph, dynamic)
+
+
+class CapturedFunction:
+    def __init__(self, target: Any, backend, fullgraph: bool, dynamic: bool | None):
+        self.module: torch.nn.Module | None = None
+        self._bound_self: Any = None
+        self._target = target
+        if isinstance(target, torch.nn.Module):
+            self.module = target
+            forward = target.forward
+            self.fn = forward.__func__ if isinstance(forward, types.MethodType) else forward
+            self._bound_self = target if isinstance(forward, types.MethodType) else None
+        elif isinstance(target, types.MethodType):
+            self.fn = target.__func__
+            self._bound_self = target.__self__
+        elif isinstance(target, types.FunctionType):
+            self.fn = target
+        else:
+            raise TypeError(f"capture() takes a Python function or an nn.Module, got {type(target).__name__}")
+        self.dynamic = dynamic
+        # (source -> dims) found to change between calls: traced symbolic from then on.
+        self._auto_dynamic: dict = {}
+        self.backend = lookup_backend(backend)
+        self.fullgraph = fullgraph
+        self.code = self.fn.__code__
+        self.cache = CodeCache()
+        self.stats = CaptureStats()
+        self.programs: list = []
+        self._signature = inspect.signature(self.fn, follow_wrapped=False)
+        params = list(self._signature.parameters.values())
+        self._names = [p.name for p in params]
+        self._simple = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        functools.update_wrapper(self, self.fn, updated=())
+
+    # -- calling
+    def _bind(self, args: tuple, kwargs: dict) -> dict:
+        if self._bound_self is not None:
+            args = (self._bound_self, *args)
+        if self._simple and not kwargs and len(args) == len(self._names):
+            return dict(zip(self._names, args))
+        bound = self._signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def __call__(self, *args, **kwargs):
+        self.stats.calls += 1
+        if self.module is not None and _hooks_of(self.module):
+            # Hooks run around forward: call the module as is (its forward is not captured).
+            self.stats.fallbacks += 1
+            return self.module(*args, **kwargs)
+        L = self._bind(args, kwargs)
+        hit = self.cache.lookup(L)
+        if hit is not None:
+            entry, inputs = hit
+            self.stats.cache_hits += 1
+            if entry.compiled is None:
+                return self.fn(*self._call_args(args), **kwargs)
+            return entry.run(inputs, L)
+        if self.cache.given_up:
+            return self.fn(*self._call_args(args), **kwargs)
+        if len(self.cache.entries) >= config.recompile_limit:
+            warnings.warn(f"fireclay_capture: {self.code.co_qualname} ({self.code.co_filename}:"
+                          f"{self.code.co_firstlineno}) was re-captured {config.recompile_limit} times "
+                          "(config.recompile_limit); running it eagerly from now on", stacklevel=2)
+            self.cache.given_up = True
+            return self.fn(*self._call_args(args), **kwargs)
+        if self.cache.entries and self.dynamic is None and config.automatic_dynamic:
+            self._note_changed_sizes(L)
+        entry = self._capture(L)
+        self.cache.entries.append(entry)
+        if entry.compiled is None:
+            return self.fn(*self._call_args(args), **kwargs)
+        inputs = entry.guards(L)
+        if inputs is None:  # pragma: no cover - a trace must accept the call it was made from
+            raise AssertionError(f"fresh guards rejected their own inputs:\n{entry.guards.source}")
+        return entry.run(inputs, L)
+
+    def _note_changed_sizes(self, L: dict) -> None:
+        """Automatic dynamic: dims whose size differs from the last capture become symbolic."""
+        from fireclay_capture.outputs import read_source
+
+        last = self.cache.entries[-1].guards.guards
+        for g in last:
+            if g.kind != "tensor" or g.source is None:
+                continue
+            try:
+                t = read_source(g.source, L)
+            except Exception:
+                continue
+            shape = g.data[3]
+            if isinstance(t, torch.Tensor) and t.dim() == len(shape) and t.dtype is g.data[1]:
+                changed = {d for d, (a, b) in enumerate(zip(t.shape, shape)) if a != b}
+                if changed:
+                    self._auto_dynamic.setdefault(g.source, set()).update(changed)
+
+    def _call_args(self, args: tuple) -> tuple:
+        return (self._bound_self, *args) if self._bound_self is not None else args
+
+    # -- capturing
+    def _capture(self, L: dict, fake_tensors: bool = False) -> CacheEntry:
+        tx = Tracer(root_module=self.module, dynamic_dims=self._auto_dynamic, dynamic_all=bool(self.dynamic),
+                    fake_tensors=fake_tensors)
+        prior_grad = torch.is_grad_enabled()
+        try:
+            local_vars = {name: wrap(tx, value, LocalSource(name)) for name, value in L.items()}
+            if self.code.co_flags & 0x08:  # CO_VARKEYWORDS: **kwargs is a new dict on every call
+                varkw = self.code.co_varnames[self.code.co_argcount + self.code.co_kwonlyargcount
+                                              + bool(self.code.co_flags & 0x04)]
+                local_vars[varkw].fresh = True
+            cells = {name: CellVar(real_cell=cell, source=ConstSource(cell, "cell"))
+                     for name, cell in zip(self.code.co_freevars, self.fn.__closure__ or ())}
+            frame = Frame(tx, self.code, self.fn.__globals__, local_vars, cells)
+            result = frame.run()
+            spec = output_spec(tx.graph, result, tx.shapes)
+            writes = attribute_writes(tx, tx.graph)
+            program = tx.program()
+        except NeedsFakeTensors:
+            self._leave_contexts(tx, prior_grad)
+            if fake_tensors:  # pragma: no cover - fake tensors never ask for themselves
+                raise
+            return self._capture(L, fake_tensors=True)
+        except Unsupported as e:
+            self._leave_contexts(tx, prior_grad)
+            if e.location is None and tx.frames == [] and "frame" in locals():
+                e.location = tx.location(frame)  # failed on the return value
+            torch.set_grad_enabled(prior_grad)
+            return self._fallback(tx, e)
+        finally:
+            torch.set_grad_enabled(prior_grad)
+        if tx.shapes is not None:
+            tx.guards.expression(tx.shapes.guard_text())
+        program.metadata["capture"] = {"function": self.code.co_qualname, "file": self.code.co_filename,
+                                       "line": self.code.co_firstlineno}
+        guards = tx.guards.compile(tx.input_sources)
+        compiled = self.backend(program, list(tx.example_inputs))
+        if self.stats.captures or self.stats.fallbacks:
+            self.stats.recompiles += 1
+        self.stats.captures += 1
+        self.programs.append(program)
+        return CacheEntry(guards, compiled, spec, program, attr_writes=writes)
+
+    @staticmethod
+    def _leave_contexts(tx: Tracer, prior_grad: bool) -> None:
+        for ctx in reversed(tx.entered_contexts):
+            ctx.__exit__(None, None, None)
+        tx.entered_contexts.clear()
+        torch.set_grad_enabled(prior_grad)
+
+    def _fallback(self, tx: Tracer, e: Unsupported) -> CacheEntry:
+        message = describe_unsupported(self.code, e)
+        if self.fullgraph:
+            raise CaptureError(message) from None
+        log.info("running eagerly: %s", message)
+        self.stats.fallbacks += 1
+        # The guards gathered before the failure say when another trace could go differently.
+        return CacheEntry(tx.guards.compile([]), None, None, None, reason=message)
+
+    @property
+    def last_program(self):
+        return self.programs[-1] if self.programs else None
+
+
+def describe_unsupported(code: types.CodeType, e: Unsupported) -> str:
+    lines = [f"fireclay_capture could not capture {code.co_qualname}: {e.reason}",
+             f"  at {format_location(e.location)}"]
+    for outer in reversed(e.stack):
+        lines.append(f"  called from {format_location(outer)}")
+    lines.append("Without fullgraph=True this function runs eagerly; rewrite the line above or move it "
+                 "out of the captured function.")
+    return "\n".join(lines)

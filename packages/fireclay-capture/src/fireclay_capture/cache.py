@@ -1,0 +1,56 @@
+"""The cache of one code object: entries (guards + compiled callable + output spec), checked in
+order on every call, with a limit on how many times the code may be re-captured."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fireclay_capture.guards import CompiledGuards
+from fireclay_capture.outputs import rebuild, replay_attribute_writes
+from fireclay_ir import Program
+
+
+@dataclass
+class CacheEntry:
+    """One capture: valid while ``guards`` pass. ``compiled`` is None for a frame that could not
+    be captured and runs eagerly (its guards say when trying again could give another answer)."""
+
+    guards: CompiledGuards
+    compiled: Any
+    out_spec: Any
+    program: Program | None
+    reason: str | None = None  # why the frame runs eagerly, for fallbacks
+    attr_writes: list = field(default_factory=list)  # (object source, name, spec) to replay
+
+    def run(self, inputs: list, L: dict) -> Any:
+        results = self.compiled(*inputs)
+        if self.attr_writes:
+            replay_attribute_writes(self.attr_writes, results, L)
+        return rebuild(self.out_spec, results, L)
+
+
+@dataclass
+class CaptureStats:
+    captures: int = 0  # successful graph captures (each one a graph)
+    recompiles: int = 0  # captures after the first, caused by a guard failure
+    fallbacks: int = 0  # frames left to run eagerly
+    cache_hits: int = 0
+    calls: int = 0
+
+    @property
+    def graphs(self) -> int:
+        return self.captures
+
+
+@dataclass
+class CodeCache:
+    entries: list[CacheEntry] = field(default_factory=list)
+    given_up: bool = False  # the recompile limit was reached: run eagerly from now on
+
+    def lookup(self, L: dict) -> tuple[CacheEntry, list] | None:
+        for entry in self.entries:
+            inputs = entry.guards(L)
+            if inputs is not None:
+                return entry, inputs
+        return None

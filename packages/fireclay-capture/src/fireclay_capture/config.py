@@ -1,0 +1,24 @@
+"""Capture settings. Each can be set from the environment (``FIRECLAY_CAPTURE_<NAME>``) or by
+assigning ``fireclay_capture.config.<name>`` at run time."""
+
+from __future__ import annotations
+
+import os
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(f"FIRECLAY_CAPTURE_{name}")
+    return int(raw) if raw else default
+
+
+#: Cache entries allowed per code object before the frame is left to run eagerly.
+recompile_limit: int = _env_int("RECOMPILE_LIMIT", 8)
+
+#: Deepest chain of inlined user calls; deeper recursion is reported as unsupported.
+max_inline_depth: int = _env_int("MAX_INLINE_DEPTH", 48)
+
+#: Bytecode instructions one capture may execute (guards against runaway unrolled loops).
+max_instructions: int = _env_int("MAX_INSTRUCTIONS", 2_000_000)
+
+#: After a guard fails on a size, re-capture with that dimension dynamic (needs symbolic shapes).
+automatic_dynamic: bool = bool(_env_int("AUTOMATIC_DYNAMIC", 1))

@@ -1,0 +1,224 @@
+"""Guards: everything a trace assumed, compiled into one Python function per cache entry.
+
+The generated function both checks the guards and gathers the graph's flat inputs, so that a
+cache hit evaluates each source expression once::
+
+    def check_and_extract(L):
+        try:
+            v0 = L['x']
+            if type(v0) is not k0 or v0.dtype is not k1 or ...: return None
+            ...
+        except Exception:
+            return None
+        return [v0, v3]
+
+It returns the input list on success and ``None`` when any guard fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fireclay_capture.sources import ConstSource, Source
+
+
+@dataclass
+class Guard:
+    source: Source | None
+    kind: str  # type | id | equals | tensor | len | dict_keys | not_in | same | grad_mode | no_hooks
+    data: Any = None
+
+    def describe(self) -> str:
+        where = self.source.expr({}) if self.source is not None and not self._needs_consts() else ""
+        return f"{self.kind}({where or self.source}) {self.data!r}"
+
+    def _needs_consts(self) -> bool:
+        return any(isinstance(p, ConstSource) for p in (self.source.parts() if self.source else []))
+
+
+class GuardSet:
+    """The guards of one trace, deduplicated, in the order they were installed (a container's
+    type and length before its elements, so that the generated code reads them safely)."""
+
+    def __init__(self) -> None:
+        self.guards: list[Guard] = []
+        self._seen: set[tuple] = set()
+
+    def _add(self, source: Source | None, kind: str, data: Any = None, key: Any = None) -> None:
+        k = (source, kind, key if key is not None else _freeze(data))
+        if k in self._seen:
+            return
+        self._seen.add(k)
+        self.guards.append(Guard(source, kind, data))
+
+    def type_is(self, source: Source, typ: type) -> None:
+        self._add(source, "type", typ, key=id(typ))
+
+    def id_is(self, source: Source, obj: Any) -> None:
+        self._add(source, "id", obj, key=id(obj))
+
+    def equals(self, source: Source, value: Any) -> None:
+        self._add(source, "equals", value, key=(type(value), _freeze(value)))
+
+    def tensor(self, source: Source, t: torch.Tensor, dynamic_dims: frozenset[int] = frozenset()) -> None:
+        data = (type(t), t.dtype, t.device, tuple(t.shape), tuple(t.stride()), t.requires_grad,
+                dynamic_dims)
+        self._add(source, "tensor", data, key=(id(type(t)), str(t.dtype), str(t.device),
+                                              data[3], data[4], data[5], dynamic_dims))
+
+    def length(self, source: Source, typ: type, n: int) -> None:
+        self._add(source, "len", (typ, n), key=(id(typ), n))
+
+    def dict_keys(self, source: Source, typ: type, keys: list) -> None:
+        self._add(source, "dict_keys", (typ, list(keys)), key=(id(typ), tuple(keys)))
+
+    def no_hooks(self, module_source: Source) -> None:
+        """The module still has no forward (pre-)hooks."""
+        self._add(module_source, "no_hooks")
+
+    def not_in(self, source: Source, name: str) -> None:
+        self._add(source, "not_in", name)
+
+    def same_object(self, source: Source, other: Source) -> None:
+        self._add(source, "same", other, key=other)
+
+    def expression(self, text: str) -> None:
+        """A Python boolean expression over ``L`` (the symbolic-shape guards)."""
+        self._add(None, "expr", text)
+
+    def autocast(self, state: tuple[bool, bool]) -> None:
+        self._add(None, "autocast", state)
+
+    def grad_mode(self, enabled: bool) -> None:
+        self._add(None, "grad_mode", enabled)
+
+    def __len__(self) -> int:
+        return len(self.guards)
+
+    def compile(self, input_sources: list[Source]) -> CompiledGuards:
+        return CompiledGuards(self.guards, input_sources)
+
+
+def _freeze(value: Any) -> Any:
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return id(value)
+
+
+class CompiledGuards:
+    """The generated ``check_and_extract(L)`` of one cache entry, with its source text kept for
+    people (``entry.guards.source``)."""
+
+    def __init__(self, guards: list[Guard], input_sources: list[Source]):
+        self.guards = guards
+        ns: dict[str, Any] = {"torch": torch, "___grad": torch.is_grad_enabled,
+                              "___autocast": torch.is_autocast_enabled}
+        consts: dict[int, str] = {}
+        lines: list[str] = []
+        names: dict[Source, str] = {}
+
+        def const(obj: Any, hint: str = "k") -> str:
+            if id(obj) not in consts:
+                name = f"{hint}{len(consts)}"
+                consts[id(obj)] = name
+                ns[name] = obj
+            return consts[id(obj)]
+
+        def ref(source: Source) -> str:
+            for part in source.parts():
+                if isinstance(part, ConstSource):
+                    const(part.obj, "G" if part.hint == "G" else "c")
+            if source in names:
+                return names[source]
+            base = getattr(source, "base", None)
+            if isinstance(source, ConstSource):
+                return source.expr(consts)
+            if base is None:
+                text = source.expr(consts)
+            else:
+                # Re-express this step on the base's local name, then bind it to a local.
+                text = type(source).expr(_Rebased(source, ref(base)), consts)
+            name = f"v{len(names)}"
+            names[source] = name
+            lines.append(f"{name} = {text}")
+            return name
+
+        for g in guards:
+            if g.kind == "expr":
+                lines.append(f"if not ({g.data}): return None")
+                continue
+            if g.kind == "autocast":
+                lines.append(f"if ___autocast('cpu') is not {g.data[0]} or ___autocast('cuda') is not {g.data[1]}: return None")
+                continue
+            if g.kind == "grad_mode":
+                lines.append(f"if ___grad() is not {g.data!r}: return None")
+                continue
+            v = ref(g.source)
+            if g.kind == "type":
+                lines.append(f"if type({v}) is not {const(g.data)}: return None")
+            elif g.kind == "id":
+                lines.append(f"if {v} is not {const(g.data)}: return None")
+            elif g.kind == "equals":
+                lines.append(f"if type({v}) is not {const(type(g.data))} or {v} != {const(g.data)}: return None")
+            elif g.kind == "len":
+                typ, n = g.data
+                lines.append(f"if type({v}) is not {const(typ)} or len({v}) != {n}: return None")
+            elif g.kind == "dict_keys":
+                typ, keys = g.data
+                lines.append(f"if type({v}) is not {const(typ)} or list({v}) != {const(keys)}: return None")
+            elif g.kind == "no_hooks":
+                lines.append(f"if {v}._forward_hooks or {v}._forward_pre_hooks: return None")
+            elif g.kind == "not_in":
+                lines.append(f"if {g.data!r} in {v}: return None")
+            elif g.kind == "same":
+                lines.append(f"if {v} is not {ref(g.data)}: return None")
+            elif g.kind == "tensor":
+                typ, dtype, device, shape, stride, rg, dyn = g.data
+                checks = [f"type({v}) is not {const(typ)}", f"{v}.dtype is not {const(dtype)}",
+                          f"{v}.device != {const(device)}", f"{v}.requires_grad is not {rg}"]
+                if dyn:
+                    # Strides follow the dynamic sizes: pin the layout by contiguity instead.
+                    checks.append(f"{v}.dim() != {len(shape)}")
+                    checks += [f"{v}.size({i}) != {s}" for i, s in enumerate(shape) if i not in dyn]
+                    checks.append(f"not {v}.is_contiguous()")
+                else:
+                    checks += [f"{v}.shape != {shape!r}", f"{v}.stride() != {stride!r}"]
+                lines.append("if " + " or ".join(checks) + ": return None")
+            else:  # pragma: no cover - the kinds are closed
+                raise AssertionError(g.kind)
+        outs = ", ".join(ref(s) for s in input_sources)
+        body = "\n".join("        " + line for line in lines) or "        pass"
+        self.source = (
+            "def check_and_extract(L):\n"
+            "    try:\n"
+            f"{body}\n"
+            "    except Exception:\n"
+            "        return None\n"
+            f"    return [{outs}]\n"
+        )
+        exec(compile(self.source, "<fireclay guards>", "exec"), ns)
+        self.fn = ns["check_and_extract"]
+
+    def __call__(self, L: dict) -> list | None:
+        return self.fn(L)
+
+
+class _Rebased:
+    """A stand-in source whose base prints as an already-bound local name."""
+
+    def __init__(self, source: Source, base_name: str):
+        self.__dict__.update({k: getattr(source, k) for k in source.__dataclass_fields__})
+        self.base = _Named(base_name)
+
+
+class _Named:
+    def __init__(self, name: str):
+        self.name = name
+
+    def expr(self, consts):
+        return self.name

@@ -1,0 +1,9 @@
+"""The symbolic bytecode interpreter: one handler per opcode, grouped by family.
+
+``frame.Frame`` runs a code object over Vars; the ``ops_*`` modules register the handlers.
+"""
+
+from fireclay_capture.interpreter import ops_build, ops_call, ops_control, ops_load_store, ops_stack  # noqa: F401
+from fireclay_capture.interpreter.frame import HANDLERS, Frame, bind_arguments
+
+__all__ = ["HANDLERS", "Frame", "bind_arguments"]

@@ -1,0 +1,192 @@
+"""A frame under symbolic execution: its value stack, locals, cells and instruction pointer.
+
+Handlers are registered per opcode name (``@handler("LOAD_FAST")``) and receive the frame and
+the ``dis.Instruction``. When an instruction cannot be traced the frame raises
+:class:`Unsupported` with its state intact (stack, locals, ``ip`` at the failing instruction),
+which is what a graph break needs to resume from.
+"""
+
+from __future__ import annotations
+
+import dis
+import sys
+import types
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from fireclay_capture import config
+from fireclay_capture.errors import ObservedException, Unsupported
+from fireclay_capture.variables.base import NULL, CellVar, Var, const
+from fireclay_capture.variables.containers import DictVar, IteratorVar, TupleVar
+
+if TYPE_CHECKING:
+    from fireclay_capture.tracer import Tracer
+
+PY = sys.version_info[:2]
+HANDLERS: dict[str, Callable[[Frame, dis.Instruction], None]] = {}
+
+CO_VARARGS = 0x04
+CO_VARKEYWORDS = 0x08
+
+
+def handler(*names: str):
+    def register(fn):
+        for n in names:
+            HANDLERS[n] = fn
+        return fn
+
+    return register
+
+
+class _Return(Exception):
+    def __init__(self, value: Var):
+        self.value = value
+
+
+_INSTRUCTIONS: dict[types.CodeType, tuple[list[dis.Instruction], dict[int, int]]] = {}
+
+
+def _instructions(code: types.CodeType):
+    cached = _INSTRUCTIONS.get(code)
+    if cached is None:
+        insts = list(dis.get_instructions(code))
+        cached = (insts, {inst.offset: i for i, inst in enumerate(insts)})
+        _INSTRUCTIONS[code] = cached
+    return cached
+
+
+class Frame:
+    def __init__(self, tx: Tracer, code: types.CodeType, f_globals: dict, local_vars: dict[str, Var],
+                 cells: dict[str, CellVar]):
+        self.tx = tx
+        self.code = code
+        self.f_globals = f_globals
+        self.locals: dict[str, Var] = local_vars
+        self.cells: dict[str, CellVar] = cells
+        self.stack: list = []
+        self.instructions, self.offsets = _instructions(code)
+        self.ip = 0
+        self.inst: dis.Instruction | None = None
+        self.kw_names: tuple[str, ...] = ()
+        self.yielded: list[Var] | None = None
+        # Cell variables that are also arguments start as cells holding the argument.
+        for name in code.co_cellvars:
+            if name not in self.cells:
+                self.cells[name] = CellVar(self.locals.pop(name, NULL))
+
+    # -- stack helpers
+    def push(self, v) -> None:
+        self.stack.append(v)
+
+    def pop(self):
+        return self.stack.pop()
+
+    def popn(self, n: int) -> list:
+        if n == 0:
+            return []
+        items = self.stack[-n:]
+        del self.stack[-n:]
+        return items
+
+    def jump_to(self, offset: int) -> None:
+        self.ip = self.offsets[offset]
+
+    # -- running
+    def run(self) -> Var:
+        self.tx.frames.append(self)
+        try:
+            while True:
+                inst = self.instructions[self.ip]
+                self.inst = inst
+                self.ip += 1
+                self.tx.instructions_run += 1
+                if self.tx.instructions_run > config.max_instructions:
+                    raise Unsupported(f"more than {config.max_instructions} bytecode instructions "
+                                      "(a loop that does not end at trace time?)")
+                fn = HANDLERS.get(inst.opname)
+                if fn is None:
+                    raise Unsupported(f"the bytecode instruction {inst.opname} is not supported")
+                fn(self, inst)
+        except _Return as r:
+            return r.value
+        except Unsupported as e:
+            if e.location is None:
+                e.location = self.tx.location(self)
+                e.stack = self.tx.call_stack()
+                # The innermost frame, stopped at the failing instruction with its stack and
+                # locals as they were: where a graph break would resume.
+                e.frame = self
+            raise
+        finally:
+            self.tx.frames.pop()
+
+    def run_generator(self) -> IteratorVar:
+        """Run a generator to exhaustion at trace time; its yields become an iterator's items."""
+        self.yielded = []
+        self.run()
+        return IteratorVar(self.yielded)
+
+    def do_return(self, value: Var) -> None:
+        raise _Return(value)
+
+
+def bind_arguments(code: types.CodeType, args: list[Var], kwargs: dict[str, Var],
+                   defaults: list[Var], kwdefaults: dict[str, Var]) -> dict[str, Var]:
+    """Python's argument binding, over Vars."""
+    name = code.co_qualname
+    nargs = code.co_argcount
+    nkw = code.co_kwonlyargcount
+    names = code.co_varnames
+    pos_names = names[:nargs]
+    kw_names = names[nargs:nargs + nkw]
+    has_varargs = bool(code.co_flags & CO_VARARGS)
+    has_varkw = bool(code.co_flags & CO_VARKEYWORDS)
+    bound: dict[str, Var] = {}
+    for n, a in zip(pos_names, args):
+        bound[n] = a
+    extra = list(args[nargs:])
+    if extra and not has_varargs:
+        raise Unsupported(f"{name}() takes {nargs} positional arguments but {len(args)} were given")
+    varkw: dict[str, Var] = {}
+    posonly = set(pos_names[:code.co_posonlyargcount])
+    for k, v in kwargs.items():
+        if k in bound and k in pos_names:
+            raise Unsupported(f"{name}() got multiple values for argument {k!r}")
+        if (k in pos_names and k not in posonly) or k in kw_names:
+            bound[k] = v
+        elif has_varkw:
+            varkw[k] = v
+        else:
+            raise Unsupported(f"{name}() got an unexpected keyword argument {k!r}")
+    first_default = nargs - len(defaults)
+    for i, n in enumerate(pos_names):
+        if n not in bound:
+            if i >= first_default:
+                bound[n] = defaults[i - first_default]
+            else:
+                raise Unsupported(f"{name}() missing required argument {n!r}")
+    for n in kw_names:
+        if n not in bound:
+            if n in kwdefaults:
+                bound[n] = kwdefaults[n]
+            else:
+                raise Unsupported(f"{name}() missing required keyword-only argument {n!r}")
+    i = nargs + nkw
+    if has_varargs:
+        bound[names[i]] = TupleVar(extra)
+        i += 1
+    if has_varkw:
+        bound[names[i]] = DictVar(varkw)
+    return bound
+
+
+def truth(frame: Frame, v: Var) -> bool:
+    try:
+        return v.truth(frame.tx)
+    except ObservedException:
+        raise
+    except Unsupported:
+        raise
+
+
+__all__ = ["HANDLERS", "Frame", "bind_arguments", "const", "handler", "truth", "PY"]

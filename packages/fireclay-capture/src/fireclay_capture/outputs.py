@@ -1,0 +1,141 @@
+"""The user's return value: which graph outputs it holds and how to rebuild its structure
+(tuples, lists, dicts, namedtuples, dataclasses, ModelOutputs) around the graph's results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fireclay_capture.errors import Unsupported
+from fireclay_capture.sources import AttrSource, ConstSource, ItemSource, LocalSource, Source
+from fireclay_capture.variables.base import ConstVar, Var
+from fireclay_capture.variables.containers import DictVar, ListVar, TupleVar
+from fireclay_capture.variables.objects import ModelOutputVar, NewObjectVar
+from fireclay_capture.variables.tensor import TensorVar
+from fireclay_ir import Graph, Value
+
+# An output spec is a small tree of tuples:
+#   ("tensor", i) | ("const", v) | ("source", src) | ("seq", cls, [spec]) | ("dict", cls, [(k, spec)])
+#   | ("object", cls, [(name, spec)]) | ("model_output", cls, [(name, spec)])
+
+
+def output_spec(graph: Graph, var: Var, shapes=None) -> Any:
+    """Append the graph outputs ``var`` needs and return its spec."""
+    outputs: list[Value] = list(graph.outputs)
+
+    def walk(v: Var) -> Any:
+        if isinstance(v, TensorVar):
+            outputs.append(v.value)
+            return ("tensor", len(outputs) - 1)
+        if isinstance(v, ConstVar) and isinstance(v.value, torch.SymInt) and shapes is not None:
+            from fireclay_capture.dynamic import python_of
+
+            text = python_of(v.value, shapes)
+            return ("eval", compile(text, "<fireclay output size>", "eval"), text)
+        if isinstance(v, ConstVar) and isinstance(v.value, torch.Size) and shapes is not None \
+                and any(isinstance(d, torch.SymInt) for d in v.value):
+            return ("seq", torch.Size, [walk(ConstVar(d)) for d in v.value])
+        if isinstance(v, ConstVar):
+            if isinstance(v.value, (torch.SymBool, torch.SymFloat)):
+                # Returned as its value: bool()/float() make the ShapeEnv guard that value.
+                return ("const", bool(v.value) if isinstance(v.value, torch.SymBool) else float(v.value))
+            if isinstance(v.value, torch.SymInt):
+                raise Unsupported("returning a symbolic size outside a dynamic capture")
+            return ("const", v.value)
+        if isinstance(v, TupleVar):
+            return ("seq", v.cls, [walk(i) for i in v.items])
+        if isinstance(v, ListVar):
+            return ("seq", list, [walk(i) for i in v.items])
+        if isinstance(v, DictVar):
+            if v.key_vars:
+                raise Unsupported("returning a dict keyed by objects")
+            return ("dict", v.cls, [(k, walk(x)) for k, x in v.items.items()])
+        if isinstance(v, ModelOutputVar):
+            return ("model_output", v.cls, [(k, walk(x)) for k, x in v.fields.items()])
+        if isinstance(v, NewObjectVar):
+            return ("object", v.cls, [(k, walk(x)) for k, x in v.attrs.items()])
+        if v.source is not None:
+            return ("source", v.source)
+        raise Unsupported(f"returning {v} from the captured function")
+
+    spec = walk(var)
+    graph.set_outputs(outputs)
+    return spec
+
+
+def attribute_writes(tx, graph: Graph) -> list:
+    """The attribute writes to replay after the graph: ``[(object source, name, spec | DELETED)]``.
+    A write that leaves the attribute as it was (set, then restored) is dropped."""
+    from fireclay_capture.tracer import DELETED
+
+    missing = object()
+    replay = []
+    for obj, source, name, value in tx.attr_writes.values():
+        before = obj.__dict__.get(name, missing)
+        if value is DELETED:
+            if before is not missing:
+                replay.append((source, name, DELETED))
+            continue
+        if isinstance(value, ConstVar) and type(before) is type(value.value) and before == value.value:
+            continue
+        replay.append((source, name, output_spec(graph, value)))
+    return replay
+
+
+def replay_attribute_writes(writes: list, results, L: dict) -> None:
+    from fireclay_capture.tracer import DELETED
+
+    for source, name, spec in writes:
+        obj = read_source(source, L)
+        if spec is DELETED:
+            delattr(obj, name)
+        else:
+            setattr(obj, name, rebuild(spec, results, L))
+
+
+def read_source(source: Source, L: dict) -> Any:
+    if isinstance(source, LocalSource):
+        return L[source.name]
+    if isinstance(source, ConstSource):
+        return source.obj
+    if isinstance(source, AttrSource):
+        return getattr(read_source(source.base, L), source.name)
+    if isinstance(source, ItemSource):
+        return read_source(source.base, L)[source.key]
+    raise AssertionError(source)
+
+
+def rebuild(spec: Any, results, L: dict) -> Any:
+    kind = spec[0]
+    if kind == "tensor":
+        return results[spec[1]]
+    if kind == "const":
+        return spec[1]
+    if kind == "source":
+        return read_source(spec[1], L)
+    if kind == "eval":
+        return eval(spec[1], {"L": L})  # noqa: S307 - text generated from symbol sources
+    if kind == "seq":
+        _, cls, items = spec
+        values = [rebuild(s, results, L) for s in items]
+        if cls is list:
+            return values
+        if cls is tuple:
+            return tuple(values)
+        if hasattr(cls, "_fields"):
+            return cls(*values)
+        return cls(values)  # torch.return_types and other structseqs take one sequence
+    if kind == "dict":
+        _, cls, items = spec
+        return cls((k, rebuild(s, results, L)) for k, s in items)
+    if kind == "model_output":
+        _, cls, items = spec
+        return cls(**{k: rebuild(s, results, L) for k, s in items})
+    if kind == "object":
+        _, cls, items = spec
+        obj = cls.__new__(cls)
+        for k, s in items:
+            object.__setattr__(obj, k, rebuild(s, results, L))
+        return obj
+    raise AssertionError(kind)

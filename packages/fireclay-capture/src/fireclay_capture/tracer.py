@@ -1,0 +1,199 @@
+"""The state of one capture: the graph being built, its inputs and weights, the guards, and the
+stack of frames being interpreted (the root frame and every inlined call)."""
+
+from __future__ import annotations
+
+import contextlib
+import linecache
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fireclay_capture import config
+from fireclay_capture.dynamic import ShapeSession, marked_dims, source_text
+from fireclay_capture.errors import Unsupported
+from fireclay_capture.guards import GuardSet
+from fireclay_capture.sources import Source, clean_name
+from fireclay_capture.variables.base import Var
+from fireclay_capture.variables.tensor import TensorVar, device_str, fake_from_real, meta_of
+from fireclay_capture.variables.torch_names import GRAD_MODE_OP
+from fireclay_ir import Graph, InputSpec, Program, Weight
+from fireclay_ir.dialects import TORCH
+
+if TYPE_CHECKING:
+    from fireclay_capture.interpreter.frame import Frame
+
+CO_GENERATOR = 0x20
+
+
+def autocast_state() -> tuple[bool, bool]:
+    """Whether autocast is on for cpu and for cuda: op dtypes depend on it, so it is guarded."""
+    return torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
+DELETED = object()  # marks an attribute deleted during the trace
+
+
+class Tracer:
+    def __init__(self, root_module: torch.nn.Module | None = None,
+                 dynamic_dims: dict[Source, set[int]] | None = None, dynamic_all: bool = False,
+                 fake_tensors: bool = False):
+        self.graph = Graph("main")
+        self.guards = GuardSet()
+        self.input_sources: list[Source] = []
+        self.weights: dict[str, Weight] = {}
+        self.example_inputs: list[torch.Tensor] = []
+        self._tensors: dict[int, tuple[TensorVar, Source]] = {}
+        self.frames: list[Frame] = []
+        self.module_stack: list[str] = []
+        self.instructions_run = 0
+        self._qualnames: dict[int, str] = {}
+        if root_module is not None:
+            self._qualnames = {id(m): name for name, m in root_module.named_modules(remove_duplicate=False)}
+        self.guards.grad_mode(torch.is_grad_enabled())
+        # Attribute writes to objects that exist outside the trace, by (id(obj), name): the
+        # trace reads them back from here, and the writes that change anything are replayed on
+        # the real objects after the graph runs.
+        self.dynamic_dims = dynamic_dims or {}
+        self.dynamic_all = dynamic_all
+        self.shapes: ShapeSession | None = None
+        autocast = autocast_state()
+        self.guards.autocast(autocast)
+        if self.dynamic_dims or dynamic_all or fake_tensors or any(autocast):
+            self.shapes = ShapeSession()
+        self.entered_contexts: list = []  # real context managers to leave if the trace fails
+        self.dynamic_sources: list[tuple[Source, frozenset[int]]] = []
+        self.attr_writes: dict[tuple[int, str], tuple[Any, Source, str, Any]] = {}
+
+    # -- inputs
+    def qualname_of(self, module: torch.nn.Module) -> str | None:
+        return self._qualnames.get(id(module))
+
+    def tensor_input(self, value: torch.Tensor, source: Source, weight: tuple[str, str] | None) -> TensorVar:
+        known = self._tensors.get(id(value))
+        if known is not None:
+            var, first_source = known
+            if first_source != source:
+                self.guards.same_object(source, first_source)
+            return var
+        if value.is_sparse or value.layout != torch.strided:
+            raise Unsupported(f"a {value.layout} tensor input")
+        if type(value) not in (torch.Tensor, torch.nn.Parameter) and not isinstance(value, torch.nn.Parameter):
+            raise Unsupported(f"a tensor subclass input ({type(value).__name__})")
+        dims = self._dynamic_dims_of(value, source, weight)
+        if dims and self.shapes is None:
+            self.shapes = ShapeSession()
+        self.guards.tensor(source, value, frozenset(dims))
+        if weight is not None:
+            # Weights are read from Program.weights by reference: the same object must be there.
+            self.guards.id_is(source, value)
+        if self.shapes is not None:
+            try:
+                fake = self.shapes.fake_input(value, source, dims)
+            except Unsupported:
+                raise
+            except Exception as e:
+                raise Unsupported(f"making a symbolic fake of {source.name_hint()}: {e}") from None
+        else:
+            fake = fake_from_real(value)
+        device = device_str(value.device)
+        meta = meta_of(fake, device)
+        if weight is not None:
+            kind, target = weight
+            spec = InputSpec(kind, target)
+            self.weights[target] = Weight(meta, value)
+            name = clean_name(target)
+        else:
+            spec = InputSpec()
+            name = clean_name(source.name_hint())
+        ir_value = self.graph.add_input(name, meta, spec)
+        var = TensorVar(ir_value, fake, device, source)
+        self._tensors[id(value)] = (var, source)
+        if weight is None:
+            self.input_sources.append(source)
+            self.example_inputs.append(value)
+        return var
+
+    def _dynamic_dims_of(self, value: torch.Tensor, source: Source, weight) -> dict[int, tuple]:
+        if weight is not None or source_text(source) is None:
+            return {}
+        dims = {d: (None, None) for d in self.dynamic_dims.get(source, ())}
+        if self.dynamic_all:
+            dims.update({d: (None, None) for d in range(value.dim())})
+        dims.update(marked_dims(value))
+        if dims and not value.is_contiguous():
+            return {}  # symbolic strides of arbitrary layouts are not guarded: keep it static
+        return dims
+
+    # -- where we are in the user's code
+    def location(self, frame: Frame | None = None) -> dict[str, Any] | None:
+        frame = frame or (self.frames[-1] if self.frames else None)
+        if frame is None or frame.inst is None:
+            return None
+        line = frame.inst.positions.lineno if frame.inst.positions else None
+        if line is None:
+            line = frame.code.co_firstlineno
+        text = linecache.getline(frame.code.co_filename, line).strip()
+        return {"file": frame.code.co_filename, "line": line, "text": text}
+
+    def call_stack(self) -> list[dict[str, Any]]:
+        return [loc for loc in (self.location(f) for f in self.frames[:-1]) if loc]
+
+    def node_meta(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        loc = self.location()
+        if loc:
+            meta["source"] = loc
+        if len(self.frames) > 1:
+            meta["stack"] = self.call_stack()
+        if self.module_stack and self.module_stack[-1]:
+            meta["module"] = self.module_stack[-1]
+        return meta
+
+    @contextlib.contextmanager
+    def in_module(self, qualname: str, type_name: str):
+        self.module_stack.append(qualname)
+        try:
+            yield
+        finally:
+            self.module_stack.pop()
+
+    # -- global state the graph must reproduce
+    def set_grad_enabled(self, enabled: bool) -> None:
+        if torch.is_grad_enabled() != enabled:
+            self.graph.call(f"torch::{GRAD_MODE_OP}", [bool(enabled)], out=None, meta=self.node_meta())
+        torch.set_grad_enabled(enabled)
+
+    # -- calls
+    def inline_call(self, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        from fireclay_capture.interpreter.frame import Frame, bind_arguments
+
+        if len(self.frames) >= config.max_inline_depth:
+            raise Unsupported(f"calls nested deeper than {config.max_inline_depth} (unbounded recursion?)")
+        code = fn.code
+        f_globals, defaults, kwdefaults, cells = fn.frame_inputs(self)
+        local_vars = bind_arguments(code, args, kwargs, defaults, kwdefaults)
+        frame = Frame(self, code, f_globals, local_vars, cells)
+        if code.co_flags & CO_GENERATOR:
+            return frame.run_generator()
+        if code.co_flags & 0x80 or code.co_flags & 0x100 or code.co_flags & 0x200:
+            raise Unsupported(f"calling async function {code.co_qualname}")
+        return frame.run()
+
+    def write_attr(self, obj: Any, source: Source | None, name: str, value: Any) -> None:
+        """Record ``obj.name = value`` (``value`` a Var, or DELETED for ``del obj.name``)."""
+        if source is None:
+            raise Unsupported(f"assigning attribute {name!r} of an object the capture cannot re-read")
+        self.attr_writes[(id(obj), name)] = (obj, source, name, value)
+
+    def read_attr(self, obj: Any, name: str) -> Any:
+        """The Var written to ``obj.name`` during the trace, DELETED, or None if never written."""
+        entry = self.attr_writes.get((id(obj), name))
+        return None if entry is None else entry[3]
+
+    def program(self) -> Program:
+        program = Program.single(self.graph, weights=self.weights, producer=("fireclay-capture", "0.1.0"),
+                                 dialects={"torch": TORCH.version})
+        if self.shapes is not None:
+            for name, hint, lo, hi in self.shapes.symbols():
+                program.add_symbol(name, hint, lo, hi)
+            program.guards.append(self.shapes.guard_text())
+        return program

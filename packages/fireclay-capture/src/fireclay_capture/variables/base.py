@@ -1,0 +1,200 @@
+"""The abstract value protocol, constants, and cells.
+
+Every value on the interpreter's stack or in a frame's locals is a :class:`Var`. A Var knows
+its ``source`` (where it was read from, for guards and input extraction; ``None`` when it was
+made inside the trace) and answers the operations the bytecode applies to it. Operations that a
+Var cannot model raise :class:`~fireclay_capture.errors.Unsupported`.
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fireclay_capture.errors import ObservedException, Unsupported
+from fireclay_capture.sources import Source
+
+if TYPE_CHECKING:
+    from fireclay_capture.tracer import Tracer
+
+
+class _Null:
+    """The NULL that CPython pushes below a callable (PUSH_NULL, LOAD_GLOBAL with the low bit)."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = _Null()
+
+
+class Var:
+    source: Source | None = None
+
+    def python_type(self) -> type:
+        raise Unsupported(f"type() of {self}")
+
+    def is_constant(self) -> bool:
+        return False
+
+    def as_python_constant(self) -> Any:
+        raise Unsupported(f"{self} is not a compile-time constant here")
+
+    def getattr(self, tx: Tracer, name: str) -> Var:
+        raise ObservedException(AttributeError, f"{self} has no attribute {name!r} the capture can model")
+
+    def call(self, tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        raise Unsupported(f"calling {self}")
+
+    def call_method(self, tx: Tracer, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        return self.getattr(tx, name).call(tx, args, kwargs)
+
+    def unpack(self, tx: Tracer) -> list[Var]:
+        raise Unsupported(f"iterating over {self}")
+
+    def truth(self, tx: Tracer) -> bool:
+        return True
+
+    def getitem(self, tx: Tracer, key: Var) -> Var:
+        raise Unsupported(f"indexing {self}")
+
+    def setitem(self, tx: Tracer, key: Var, value: Var) -> None:
+        raise Unsupported(f"assigning an item of {self}")
+
+    def identity(self) -> Any:
+        """What ``is`` compares: the real object for values that stand for one, else the Var."""
+        return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+# Types whose values are immutable and compared by value: folded at trace time, guarded by ==.
+CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis),
+                  torch.dtype, torch.device, torch.memory_format, torch.layout, range, slice,
+                  type(NotImplemented), enum.Enum, types.CodeType,
+                  torch.SymInt, torch.SymBool, torch.SymFloat)
+
+
+def is_constant_value(value: Any) -> bool:
+    if isinstance(value, CONSTANT_TYPES):
+        return True
+    if type(value) in (tuple, torch.Size, frozenset):
+        return all(is_constant_value(v) for v in value)
+    return False
+
+
+class ConstVar(Var):
+    """An immutable Python value known at trace time (ints, strings, dtypes, ranges, sizes...)."""
+
+    def __init__(self, value: Any, source: Source | None = None):
+        self.value = value
+        self.source = source
+
+    def python_type(self) -> type:
+        return type(self.value)
+
+    def is_constant(self) -> bool:
+        return True
+
+    def as_python_constant(self) -> Any:
+        return self.value
+
+    def identity(self) -> Any:
+        return self.value
+
+    def getattr(self, tx, name):
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError as e:
+            raise ObservedException(AttributeError, str(e)) from None
+        if callable(attr) and not isinstance(attr, type):
+            return ConstMethodVar(self, name, attr)
+        return const(attr)
+
+    def unpack(self, tx):
+        if isinstance(self.value, (tuple, torch.Size, range, str, bytes, frozenset)):
+            return [const(v) for v in self.value]
+        raise Unsupported(f"iterating over {type(self.value).__name__} {self.value!r}")
+
+    def truth(self, tx):
+        return bool(self.value)
+
+    def getitem(self, tx, key):
+        return const(operator.getitem(self.value, key.as_python_constant()))
+
+    def __repr__(self):
+        return f"ConstVar({self.value!r})"
+
+
+class ConstMethodVar(Var):
+    """A method of an immutable constant (``"a{}".format``, ``dtype.to_complex``): pure, so it
+    is called for real on constant arguments."""
+
+    def __init__(self, owner: ConstVar, name: str, fn: Any):
+        self.owner, self.name, self.fn = owner, name, fn
+
+    def call(self, tx, args, kwargs):
+        a = [x.as_python_constant() for x in args]
+        k = {n: x.as_python_constant() for n, x in kwargs.items()}
+        return wrap_constant(self.fn(*a, **k))
+
+    def __repr__(self):
+        return f"method {self.name} of {self.owner.value!r}"
+
+
+def const(value: Any, source: Source | None = None) -> ConstVar:
+    return ConstVar(value, source)
+
+
+def wrap_constant(value: Any) -> Var:
+    """A Var for a value computed at trace time from constants (lists and dicts stay mutable)."""
+    from fireclay_capture.variables.containers import DictVar, ListVar, TupleVar
+
+    if is_constant_value(value):
+        return ConstVar(value)
+    if type(value) is list:
+        return ListVar([wrap_constant(v) for v in value])
+    if type(value) is tuple:
+        return TupleVar([wrap_constant(v) for v in value])
+    if type(value) is dict:
+        return DictVar({k: wrap_constant(v) for k, v in value.items()})
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):
+        return TupleVar([wrap_constant(v) for v in value], cls=type(value))
+    raise Unsupported(f"a {type(value).__name__} value computed at trace time")
+
+
+class CellVar(Var):
+    """A closure cell: made by MAKE_CELL inside the trace, or standing for a real cell of an
+    inlined function (its contents read lazily, with a source)."""
+
+    def __init__(self, contents: Any = NULL, real_cell: Any = None, source: Source | None = None):
+        self._contents = contents
+        self.real_cell = real_cell
+        self.source = source
+        self.written = False
+
+    def get(self, tx: Tracer) -> Var:
+        if self._contents is NULL and self.real_cell is not None and not self.written:
+            from fireclay_capture.sources import AttrSource
+            from fireclay_capture.variables.builder import wrap
+
+            try:
+                value = self.real_cell.cell_contents
+            except ValueError:
+                raise Unsupported("reading a closure variable before it was assigned") from None
+            src = AttrSource(self.source, "cell_contents") if self.source is not None else None
+            self._contents = wrap(tx, value, src)
+        if self._contents is NULL:
+            raise Unsupported("reading a closure variable before it was assigned")
+        return self._contents
+
+    def set(self, value: Var) -> None:
+        if self.real_cell is not None:
+            raise Unsupported("assigning a nonlocal variable of a function defined outside the capture")
+        self._contents = value
+        self.written = True

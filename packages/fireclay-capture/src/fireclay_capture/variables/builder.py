@@ -1,0 +1,266 @@
+"""``wrap``: turn a real Python value read from a source into a Var, installing the guards that
+make the trace valid only while the value stays what the trace saw."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import dataclasses
+import functools
+import math
+import operator
+import os
+import types
+from typing import Any
+
+import torch
+
+from fireclay_capture.errors import Unsupported
+from fireclay_capture.sources import AttrSource, ItemSource, Source, clean_name
+from fireclay_capture.variables.base import ConstVar, is_constant_value
+from fireclay_capture.variables.containers import DictVar, ListVar, TupleVar
+from fireclay_capture.variables.functions import (
+    AutocastVar,
+    BuiltinVar,
+    GradModeVar,
+    NullContextVar,
+    PartialVar,
+    UserFunctionVar,
+    UserMethodVar,
+)
+from fireclay_capture.variables.objects import ClassVar, EnvironVar, ModuleVar, ObjectVar, PyModuleVar
+from fireclay_capture.variables.tensor import TorchFnVar
+from fireclay_capture.variables.torch_names import TRACE_TIME_FUNCTIONS, public_torch_name
+
+_BUILTIN_MODULES = (builtins, operator, math)
+
+
+def _is_builtin_callable(value: Any) -> bool:
+    if isinstance(value, types.BuiltinFunctionType) and getattr(value, "__module__", None) in (
+            "builtins", "_operator", "operator", "math", "itertools", "functools"):
+        return True
+    return isinstance(value, type) and value in _BUILTIN_TYPES
+
+
+_BUILTIN_TYPES = {int, float, bool, str, tuple, list, dict, set, frozenset, range, enumerate, zip,
+                  slice, type, reversed, map, filter, super, object, complex, bytes, isinstance}
+
+
+def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | None = None,
+         qualname: str | None = None):
+    """A Var for ``value``; with a source, also the guards that pin what the trace relies on."""
+    g = tx.guards if source is not None else None
+
+    if isinstance(value, torch.Tensor):
+        if source is None:
+            raise Unsupported("a tensor reached from a place the capture cannot re-read "
+                              "(a global of a library module?)")
+        return tx.tensor_input(value, source, weight)
+    if is_constant_value(value):
+        if g is not None:
+            if isinstance(value, torch.dtype):
+                g.id_is(source, value)
+            else:
+                g.equals(source, value)
+        return ConstVar(value, source)
+    if value is os.environ:
+        return EnvironVar()
+    captured = _captured_target(value)
+    if captured is not None:
+        # A captured function called from captured code: inline what it wraps.
+        return wrap(tx, captured, AttrSource(source, "_target") if source is not None else None)
+    if isinstance(value, torch.nn.Module):
+        if g is not None:
+            g.id_is(source, value)
+        if qualname is None:
+            qualname = tx.qualname_of(value)
+        if qualname is None:
+            qualname = clean_name(source.name_hint() if source else "module")
+        return ModuleVar(value, source, qualname)
+    if type(value) is list or type(value) is tuple or (isinstance(value, tuple) and hasattr(type(value), "_fields")):
+        if g is not None:
+            g.length(source, type(value), len(value))
+        items = [wrap(tx, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
+        if type(value) is list:
+            return ListVar(items, source)
+        return TupleVar(items, source, cls=type(value))
+    if type(value) is dict or type(value).__name__ == "OrderedDict" and isinstance(value, dict):
+        keys = list(value)
+        if not all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in keys):
+            raise Unsupported("a dict whose keys are not strings or ints")
+        if g is not None:
+            g.dict_keys(source, type(value), keys)
+        return DictVar({k: wrap(tx, v, ItemSource(source, k) if source else None) for k, v in value.items()},
+                       source, cls=type(value))
+    if value in TRACE_TIME_FUNCTIONS if _hashable(value) else False:
+        return TorchFnVar(value, public_torch_name(value) or getattr(value, "__name__", "trace_time"), source)
+    if _hashable(value) and not isinstance(value, type) and _has_builtin_rule(value):
+        _guard_id(g, source, value)
+        return BuiltinVar(value, source)
+    grad_mode = _grad_mode_class(value)
+    if grad_mode is not None:
+        _guard_id(g, source, value)
+        return grad_mode
+    torch_name = _torch_op_name(value)
+    if torch_name is not None:
+        _guard_id(g, source, value)
+        return TorchFnVar(value, torch_name, source)
+    if isinstance(value, types.FunctionType):
+        _guard_id(g, source, value)
+        return UserFunctionVar(value, source)
+    if isinstance(value, types.MethodType):
+        _guard_id(g, source, value.__func__ if source is None else None)
+        fn = wrap(tx, value.__func__, AttrSource(source, "__func__") if source else None)
+        owner = wrap(tx, value.__self__, AttrSource(source, "__self__") if source else None)
+        return UserMethodVar(fn, owner, source)
+    if isinstance(value, types.ModuleType):
+        _guard_id(g, source, value)
+        return PyModuleVar(value, source)
+    if _is_builtin_callable(value):
+        _guard_id(g, source, value)
+        return BuiltinVar(value, source)
+    if isinstance(value, functools.partial):
+        _guard_id(g, source, value)
+        return PartialVar(wrap(tx, value.func, None), [wrap(tx, a, None) for a in value.args],
+                          {k: wrap(tx, v, None) for k, v in value.keywords.items()})
+    tensor_method = _tensor_method_name(value)
+    if tensor_method is not None:
+        _guard_id(g, source, value)
+        return TorchFnVar(value, f"Tensor.{tensor_method}", source)
+    if isinstance(value, type):
+        _guard_id(g, source, value)
+        if value is contextlib.nullcontext:
+            return BuiltinVar(value, source)
+        if value in _BUILTIN_TYPES or value.__module__ == "builtins":
+            return BuiltinVar(value, source)
+        return ClassVar(value, source)
+    if callable(value) and not isinstance(value, type):
+        if isinstance(value, types.BuiltinFunctionType):
+            _guard_id(g, source, value)
+            return BuiltinVar(value, source)
+    if isinstance(value, contextlib.nullcontext):
+        return NullContextVar(ConstVar(value.enter_result))
+    if source is None:
+        raise Unsupported(f"a {type(value).__name__} object reached without a way to re-read it")
+    if g is not None:
+        g.type_is(source, type(value))
+    if dataclasses.is_dataclass(value) or hasattr(value, "__dict__"):
+        return ObjectVar(value, source)
+    raise Unsupported(f"a value of type {type(value).__qualname__}")
+
+
+def _torch_op_name(value: Any) -> str | None:
+    """The op name of a public torch callable (recorded as one node rather than inlined)."""
+    if isinstance(value, type) or not callable(value):
+        return None
+    module = getattr(value, "__module__", None) or ""
+    if not (module.startswith("torch") or isinstance(value, types.BuiltinFunctionType)):
+        return None
+    name = public_torch_name(value)
+    if name is not None and (name.startswith("torch.") or name.startswith("Tensor.")):
+        return name
+    return None
+
+
+def wrap_container(tx, value: Any, source: Source | None):
+    """A dict/list/tuple subclass instance viewed as the plain container (guarded like one)."""
+    g = tx.guards if source is not None else None
+    if isinstance(value, dict):
+        keys = list(dict.keys(value))
+        if not all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in keys):
+            raise Unsupported("a dict whose keys are not strings or ints")
+        if g is not None:
+            g.dict_keys(source, type(value), keys)
+        return DictVar({k: wrap(tx, dict.__getitem__(value, k), ItemSource(source, k) if source else None)
+                        for k in keys}, source, cls=type(value))
+    if isinstance(value, (list, tuple)):
+        if g is not None:
+            g.length(source, type(value), len(value))
+        items = [wrap(tx, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
+        return ListVar(items, source) if isinstance(value, list) else TupleVar(items, source)
+    raise Unsupported(f"a {type(value).__name__} seen as a builtin container")
+
+
+def _captured_target(value: Any) -> Any:
+    from fireclay_capture.api import CapturedFunction
+
+    if isinstance(value, CapturedFunction):
+        return value._target
+    return None
+
+
+def _has_builtin_rule(value: Any) -> bool:
+    from fireclay_capture.builtins import BUILTIN_RULES
+
+    return value in BUILTIN_RULES
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+        return True
+    except TypeError:
+        return False
+
+
+def _guard_id(g, source, value) -> None:
+    if g is not None and source is not None and value is not None:
+        g.id_is(source, value)
+
+
+def _grad_mode_class(value: Any):
+    if value is torch.no_grad:
+        return _GradModeFactory(False)
+    if value is torch.enable_grad:
+        return _GradModeFactory(True)
+    if value is torch.set_grad_enabled:
+        return _GradModeFactory(None)
+    if value is torch.autocast or getattr(value, "__name__", None) == "autocast" and isinstance(value, type) \
+            and issubclass(value, torch.autocast):
+        return _AutocastFactory(value)
+    return None
+
+
+class _GradModeFactory(BuiltinVar):
+    def __init__(self, enabled: bool | None):
+        super().__init__(torch.set_grad_enabled if enabled is None else
+                         (torch.enable_grad if enabled else torch.no_grad))
+        self.enabled = enabled
+
+    def call(self, tx, args, kwargs):
+        if self.enabled is None:
+            mode = bool((args[0] if args else kwargs["mode"]).as_python_constant())
+            # set_grad_enabled(b) also acts at once when used as a plain call.
+            var = GradModeVar(mode)
+            var.prior = torch.is_grad_enabled()
+            tx.set_grad_enabled(mode)
+            return var
+        return GradModeVar(self.enabled)
+
+
+class _AutocastFactory(BuiltinVar):
+    """torch.autocast / torch.amp.autocast (device first), torch.{cpu,cuda}.amp.autocast."""
+
+    def __init__(self, cls: type = torch.autocast):
+        super().__init__(cls)
+        module = getattr(cls, "__module__", "")
+        self.implied_device = "cuda" if ".cuda." in module else "cpu" if ".cpu." in module else None
+
+    def call(self, tx, args, kwargs):
+        a = [x.as_python_constant() for x in args]
+        k = {n: x.as_python_constant() for n, x in kwargs.items()}
+        if self.implied_device is None:
+            names = ["device_type", "dtype", "enabled", "cache_enabled"]
+        else:
+            k.setdefault("device_type", self.implied_device)
+            names = ["enabled", "dtype", "cache_enabled"]
+        k.update(zip(names, a))
+        return AutocastVar(k["device_type"], k.get("dtype"), bool(k.get("enabled", True)),
+                           k.get("cache_enabled"))
+
+
+def _tensor_method_name(value: Any) -> str | None:
+    name = getattr(value, "__name__", None)
+    if name and getattr(torch.Tensor, name, None) is value:
+        return name
+    return None

@@ -1,0 +1,338 @@
+"""Containers: tuple (and namedtuple), list, dict, set and iterators over materialized items."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fireclay_capture.errors import ObservedException, Unsupported
+from fireclay_capture.sources import Source
+from fireclay_capture.variables.base import ConstVar, Var, const, is_constant_value
+
+
+def _key(tx, v: Var) -> Any:
+    """A hashable Python key for a Var: constants by value, other things by identity."""
+    if v.is_constant():
+        return v.as_python_constant()
+    ident = v.identity()
+    if ident is v:
+        raise Unsupported(f"using {v} as a dict key or set member")
+    return ident
+
+
+def _index(tx, key: Var, n: int) -> Any:
+    k = key.as_python_constant()
+    if isinstance(k, bool) or not isinstance(k, (int, slice)):
+        raise Unsupported(f"indexing a sequence with {k!r}")
+    return k
+
+
+class BaseListVar(Var):
+    def __init__(self, items: list[Var], source: Source | None = None):
+        self.items = list(items)
+        self.source = source
+
+    def is_constant(self) -> bool:
+        return all(i.is_constant() for i in self.items)
+
+    def unpack(self, tx):
+        return list(self.items)
+
+    def truth(self, tx):
+        return bool(self.items)
+
+    def getitem(self, tx, key):
+        k = _index(tx, key, len(self.items))
+        try:
+            got = self.items[k]
+        except IndexError:
+            raise ObservedException(IndexError, f"index {k} out of range") from None
+        return self.rebuild(got) if isinstance(k, slice) else got
+
+    def rebuild(self, items: list[Var]) -> Var:
+        return type(self)(items)
+
+    def method(self, tx, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        if name == "index" and not kwargs:
+            target = _key(tx, args[0])
+            for i, item in enumerate(self.items):
+                if item.is_constant() or item.identity() is not item:
+                    if _key(tx, item) == target:
+                        return const(i)
+            raise Unsupported("list.index of a value that is not found")
+        if name == "count" and not kwargs:
+            target = _key(tx, args[0])
+            return const(sum(1 for i in self.items if i.is_constant() and i.as_python_constant() == target))
+        if name == "__len__":
+            return const(len(self.items))
+        raise Unsupported(f"{self.python_type().__name__}.{name}")
+
+    def getattr(self, tx, name):
+        return ContainerMethodVar(self, name)
+
+
+class TupleVar(BaseListVar):
+    def __init__(self, items, source=None, cls: type = tuple):
+        super().__init__(items, source)
+        self.cls = cls
+
+    def python_type(self):
+        return self.cls
+
+    def rebuild(self, items):
+        return TupleVar(items)
+
+    def as_python_constant(self):
+        values = [i.as_python_constant() for i in self.items]
+        return self.cls(*values) if self.cls is not tuple and hasattr(self.cls, "_fields") else self.cls(values)
+
+    def getattr(self, tx, name):
+        # namedtuples name their fields in _fields, structseqs (torch.return_types) in __match_args__
+        fields = getattr(self.cls, "_fields", None) or getattr(self.cls, "__match_args__", None)
+        if fields and name in fields:
+            return self.items[fields.index(name)]
+        return super().getattr(tx, name)
+
+    def __repr__(self):
+        return f"TupleVar({self.items!r})"
+
+
+class ListVar(BaseListVar):
+    def python_type(self):
+        return list
+
+    def as_python_constant(self):
+        return [i.as_python_constant() for i in self.items]
+
+    def _mutable(self):
+        if self.source is not None and not getattr(self, "fresh", False):
+            raise Unsupported("mutating a list that was passed into the captured function")
+
+    def setitem(self, tx, key, value):
+        self._mutable()
+        k = _index(tx, key, len(self.items))
+        if isinstance(k, slice):
+            self.items[k] = value.unpack(tx)
+        else:
+            self.items[k] = value
+
+    def method(self, tx, name, args, kwargs):
+        if name in ("append", "extend", "insert", "pop", "clear", "reverse", "remove", "sort"):
+            self._mutable()
+        if name == "append":
+            self.items.append(args[0])
+        elif name == "extend":
+            self.items.extend(args[0].unpack(tx))
+        elif name == "insert":
+            self.items.insert(args[0].as_python_constant(), args[1])
+        elif name == "pop":
+            return self.items.pop(args[0].as_python_constant() if args else -1)
+        elif name == "clear":
+            self.items.clear()
+        elif name == "reverse":
+            self.items.reverse()
+        elif name == "copy":
+            return ListVar(list(self.items))
+        elif name == "sort" and not args and self.is_constant():
+            values = sorted((i.as_python_constant() for i in self.items),
+                            reverse=bool(kwargs["reverse"].as_python_constant()) if "reverse" in kwargs else False)
+            self.items = [const(v) for v in values]
+        else:
+            return super().method(tx, name, args, kwargs)
+        return const(None)
+
+    def __repr__(self):
+        return f"ListVar({self.items!r})"
+
+
+class DictVar(Var):
+    """A dict with keys known at trace time (constants or identities) and Var values."""
+
+    def __init__(self, items: dict[Any, Var], source: Source | None = None, cls: type = dict,
+                 key_vars: dict[Any, Var] | None = None):
+        self.items = dict(items)
+        self.source = source
+        self.cls = cls
+        # The Vars standing for non-constant keys (modules, functions), by their identity.
+        self.key_vars = dict(key_vars or {})
+
+    def python_type(self):
+        return self.cls
+
+    def is_constant(self):
+        return all(v.is_constant() for v in self.items.values())
+
+    def as_python_constant(self):
+        return {k: v.as_python_constant() for k, v in self.items.items()}
+
+    def key_var(self, k: Any) -> Var:
+        return self.key_vars.get(id(k)) if not is_constant_value(k) else const(k)
+
+    def unpack(self, tx):
+        return [self.key_var(k) for k in self.items]
+
+    def truth(self, tx):
+        return bool(self.items)
+
+    def getitem(self, tx, key):
+        k = _key(tx, key)
+        if k not in self.items:
+            raise ObservedException(KeyError, repr(k))
+        return self.items[k]
+
+    def _mutable(self):
+        # ``fresh``: made by the call itself (the root's **kwargs), so changes stay invisible.
+        if self.source is not None and not getattr(self, "fresh", False):
+            raise Unsupported("mutating a dict that was passed into the captured function")
+
+    def setitem(self, tx, key, value):
+        self._mutable()
+        k = _key(tx, key)
+        if not key.is_constant():
+            self.key_vars[id(k)] = key
+        self.items[k] = value
+
+    def getattr(self, tx, name):
+        return ContainerMethodVar(self, name)
+
+    def method(self, tx, name, args, kwargs):
+        if name == "get":
+            k = _key(tx, args[0])
+            return self.items.get(k, args[1] if len(args) > 1 else const(None))
+        if name == "keys":
+            return TupleVar(self.unpack(tx))
+        if name == "values":
+            return TupleVar(list(self.items.values()))
+        if name == "items":
+            return TupleVar([TupleVar([self.key_var(k), v]) for k, v in self.items.items()])
+        if name == "copy":
+            return DictVar(self.items, key_vars=self.key_vars)
+        if name == "__contains__":
+            return const(_key(tx, args[0]) in self.items)
+        if name == "__len__":
+            return const(len(self.items))
+        self._mutable()
+        if name == "update":
+            if args:
+                other = args[0]
+                if isinstance(other, DictVar):
+                    self.items.update(other.items)
+                    self.key_vars.update(other.key_vars)
+                else:
+                    for pair in other.unpack(tx):
+                        k, v = pair.unpack(tx)
+                        self.setitem(tx, k, v)
+            for n, v in kwargs.items():
+                self.items[n] = v
+            return const(None)
+        if name == "pop":
+            k = _key(tx, args[0])
+            if k in self.items:
+                return self.items.pop(k)
+            if len(args) > 1:
+                return args[1]
+            raise ObservedException(KeyError, repr(k))
+        if name == "setdefault":
+            k = _key(tx, args[0])
+            if k not in self.items:
+                self.setitem(tx, args[0], args[1] if len(args) > 1 else const(None))
+            return self.items[k]
+        if name == "clear":
+            self.items.clear()
+            return const(None)
+        raise Unsupported(f"dict.{name}")
+
+    def __repr__(self):
+        return f"DictVar({self.items!r})"
+
+
+class SetVar(Var):
+    """A set of constants (or identities) built inside the trace."""
+
+    def __init__(self, items: list[Var]):
+        self.items: dict[Any, Var] = {}
+        for i in items:
+            self.items.setdefault(_key(None, i), i)
+
+    def python_type(self):
+        return set
+
+    def is_constant(self):
+        return all(v.is_constant() for v in self.items.values())
+
+    def as_python_constant(self):
+        return set(self.items)
+
+    def unpack(self, tx):
+        return list(self.items.values())
+
+    def truth(self, tx):
+        return bool(self.items)
+
+    def getattr(self, tx, name):
+        return ContainerMethodVar(self, name)
+
+    def method(self, tx, name, args, kwargs):
+        if name == "add":
+            self.items.setdefault(_key(tx, args[0]), args[0])
+            return const(None)
+        if name in ("update", "union", "intersection", "difference") and self.is_constant():
+            other = {i.as_python_constant() for a in args for i in a.unpack(tx)}
+            mine = set(self.items)
+            result = {"update": mine | other, "union": mine | other,
+                      "intersection": mine & other, "difference": mine - other}[name]
+            if name == "update":
+                for v in other:
+                    self.items.setdefault(v, const(v))
+                return const(None)
+            return SetVar([const(v) for v in result])
+        if name == "__contains__":
+            return const(_key(tx, args[0]) in self.items)
+        raise Unsupported(f"set.{name}")
+
+
+class ContainerMethodVar(Var):
+    """A bound method of a container Var (``xs.append``, ``d.items``)."""
+
+    def __init__(self, owner: Var, name: str):
+        self.owner, self.name = owner, name
+
+    def call(self, tx, args, kwargs):
+        return self.owner.method(tx, self.name, args, kwargs)
+
+    def __repr__(self):
+        return f"method {self.name} of {self.owner}"
+
+
+class IteratorVar(Var):
+    """An iterator over items known at trace time (what GET_ITER makes of every iterable)."""
+
+    def __init__(self, items: list[Var]):
+        self.items = list(items)
+        self.pos = 0
+
+    def python_type(self):
+        return type(iter(()))
+
+    def next(self) -> Var | None:
+        if self.pos >= len(self.items):
+            return None
+        self.pos += 1
+        return self.items[self.pos - 1]
+
+    def unpack(self, tx):
+        rest = self.items[self.pos:]
+        self.pos = len(self.items)
+        return rest
+
+    def __repr__(self):
+        return f"IteratorVar({len(self.items) - self.pos} left)"
+
+
+def sequence_of(items: list[Var], like: type) -> Var:
+    if like is list:
+        return ListVar(items)
+    return TupleVar(items)
+
+
+__all__ = ["BaseListVar", "ConstVar", "ContainerMethodVar", "DictVar", "IteratorVar", "ListVar",
+           "SetVar", "TupleVar", "sequence_of"]

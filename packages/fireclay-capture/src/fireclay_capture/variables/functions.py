@@ -1,0 +1,300 @@
+"""Callables: user functions and closures (inlined), bound methods, builtins, context managers."""
+
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any
+
+import torch
+
+from fireclay_capture.errors import ObservedException, Unsupported
+from fireclay_capture.sources import AttrSource, ConstSource, ItemSource
+from fireclay_capture.variables.base import CellVar, Var, const
+
+
+class UserFunctionVar(Var):
+    """A Python function object that exists outside the trace; calls are inlined."""
+
+    def __init__(self, fn: types.FunctionType, source=None):
+        self.fn = fn
+        self.source = source
+
+    def python_type(self):
+        return types.FunctionType
+
+    def identity(self):
+        return self.fn
+
+    @property
+    def code(self):
+        return self.fn.__code__
+
+    def frame_inputs(self, tx):
+        """(globals, defaults, kwdefaults, closure cells) for inlining."""
+        from fireclay_capture.variables.builder import wrap
+
+        fn = self.fn
+        fn_src = self.source if self.source is not None else ConstSource(fn, "f")
+        defaults = [wrap(tx, d, ItemSource(AttrSource(fn_src, "__defaults__"), i))
+                    for i, d in enumerate(fn.__defaults__ or ())]
+        kwdefaults = {k: wrap(tx, v, ItemSource(AttrSource(fn_src, "__kwdefaults__"), k))
+                      for k, v in (fn.__kwdefaults__ or {}).items()}
+        cells = {}
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            cells[name] = CellVar(real_cell=cell, source=ConstSource(cell, "cell"))
+        return fn.__globals__, defaults, kwdefaults, cells
+
+    def call(self, tx, args, kwargs):
+        return tx.inline_call(self, args, kwargs)
+
+    def getattr(self, tx, name):
+        if name == "__name__":
+            return const(self.fn.__name__)
+        if name in ("__qualname__", "__module__", "__doc__", "__code__"):
+            return const(getattr(self.fn, name))
+        if name == "__wrapped__" and hasattr(self.fn, "__wrapped__"):
+            from fireclay_capture.variables.builder import wrap
+
+            return wrap(tx, self.fn.__wrapped__, AttrSource(self.source, name) if self.source else None)
+        raise Unsupported(f"reading attribute {name!r} of function {self.fn.__qualname__}")
+
+    def __repr__(self):
+        return f"function {self.fn.__qualname__}"
+
+
+class NestedFunctionVar(Var):
+    """A function made by MAKE_FUNCTION inside the trace (lambdas, nested defs, comprehensions)."""
+
+    def __init__(self, code: types.CodeType, f_globals: dict, defaults: list[Var],
+                 kwdefaults: dict[str, Var], cells: dict[str, CellVar]):
+        self.code = code
+        self.f_globals = f_globals
+        self.defaults = defaults
+        self.kwdefaults = kwdefaults
+        self.cells = cells
+
+    def python_type(self):
+        return types.FunctionType
+
+    def frame_inputs(self, tx):
+        return self.f_globals, self.defaults, self.kwdefaults, dict(self.cells)
+
+    def call(self, tx, args, kwargs):
+        return tx.inline_call(self, args, kwargs)
+
+    def getattr(self, tx, name):
+        if name in ("__name__", "__qualname__"):
+            return const(getattr(self.code, "co_" + name.strip("_")))
+        raise Unsupported(f"reading attribute {name!r} of a nested function")
+
+    def __repr__(self):
+        return f"nested function {self.code.co_qualname}"
+
+
+class UserMethodVar(Var):
+    """``obj.method`` for a Python method: the function inlined with ``self`` first."""
+
+    def __init__(self, fn: Var, self_var: Var, source=None):
+        self.fn, self.self_var, self.source = fn, self_var, source
+
+    def call(self, tx, args, kwargs):
+        return self.fn.call(tx, [self.self_var, *args], kwargs)
+
+    def getattr(self, tx, name):
+        if name == "__self__":
+            return self.self_var
+        if name == "__func__":
+            return self.fn
+        return self.fn.getattr(tx, name)
+
+    def __repr__(self):
+        return f"bound {self.fn} of {self.self_var}"
+
+
+class PartialVar(Var):
+    """A functools.partial made or found by the trace."""
+
+    def __init__(self, fn: Var, args: list[Var], kwargs: dict[str, Var]):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+
+    def call(self, tx, args, kwargs):
+        return self.fn.call(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+
+class BuiltinVar(Var):
+    """A Python builtin (len, isinstance, range, ...), an operator/math function or a builtin type
+    used as a function; ``fireclay_capture.builtins`` holds the rules."""
+
+    def __init__(self, fn: Any, source=None):
+        self.fn = fn
+        self.source = source
+
+    def python_type(self):
+        return type(self.fn)
+
+    def identity(self):
+        return self.fn
+
+    def as_python_constant(self):
+        return self.fn
+
+    def call(self, tx, args, kwargs):
+        from fireclay_capture.builtins import call_builtin
+
+        return call_builtin(tx, self.fn, args, kwargs)
+
+    def getattr(self, tx, name):
+        if isinstance(self.fn, type):
+            attr = inspect.getattr_static(self.fn, name, None)
+            if isinstance(attr, (classmethod, staticmethod)) or name in ("fromkeys",):
+                return BuiltinMethodVar(self.fn, name)
+        raise Unsupported(f"attribute {name!r} of builtin {self.fn!r}")
+
+    def __repr__(self):
+        return f"builtin {getattr(self.fn, '__name__', self.fn)}"
+
+
+class BuiltinMethodVar(Var):
+    def __init__(self, owner: Any, name: str):
+        self.owner, self.name = owner, name
+
+    def call(self, tx, args, kwargs):
+        from fireclay_capture.variables.base import wrap_constant
+
+        a = [x.as_python_constant() for x in args]
+        k = {n: x.as_python_constant() for n, x in kwargs.items()}
+        return wrap_constant(getattr(self.owner, self.name)(*a, **k))
+
+
+# --------------------------------------------------------------------------- context managers
+
+
+class GradModeVar(Var):
+    """``torch.no_grad()``, ``torch.enable_grad()``, ``torch.set_grad_enabled(b)``: entering sets the
+    trace's grad mode and records ``torch::torch.set_grad_enabled`` so the graph does the same."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.prior: bool | None = None
+
+    def enter(self, tx) -> Var:
+        if self.prior is None:  # set_grad_enabled(b) already switched (and noted the prior mode)
+            self.prior = torch.is_grad_enabled()
+        tx.set_grad_enabled(self.enabled)
+        return const(None)
+
+    def exit(self, tx) -> None:
+        tx.set_grad_enabled(self.prior)
+
+    def call(self, tx, args, kwargs):
+        # ``@torch.no_grad()`` applied to a function: wrap the call in the mode.
+        if len(args) == 1 and not kwargs:
+            return GradModeFunctionVar(self.enabled, args[0])
+        raise Unsupported("calling a grad-mode object")
+
+    def __repr__(self):
+        return f"GradModeVar({self.enabled})"
+
+
+class AutocastVar(Var):
+    """``with torch.autocast(...)``: recorded as enter/exit nodes around the region. Dtypes inside
+    come from running the fakes under the real autocast state, which needs fireclay-shapes'
+    fake tensors (they dispatch as their real device); a trace on plain meta fakes restarts
+    with them."""
+
+    def __init__(self, device_type: str, dtype, enabled: bool, cache_enabled):
+        self.device_type, self.dtype, self.enabled, self.cache_enabled = device_type, dtype, enabled, cache_enabled
+        self.real = None
+        self.handle = None
+
+    def enter(self, tx) -> Var:
+        from fireclay_capture.errors import NeedsFakeTensors
+        from fireclay_capture.variables.tensor import to_ir_arg
+        from fireclay_capture.variables.torch_names import AUTOCAST_ENTER_OP
+        from fireclay_ir import ScalarType
+
+        if tx.shapes is None:
+            raise NeedsFakeTensors("torch.autocast needs fake tensors that dispatch as their device")
+        self.real = torch.autocast(self.device_type, dtype=self.dtype, enabled=self.enabled,
+                                   cache_enabled=self.cache_enabled)
+        self.real.__enter__()
+        tx.entered_contexts.append(self.real)
+        self.handle = tx.graph.call(
+            f"torch::{AUTOCAST_ENTER_OP}",
+            [self.device_type, to_ir_arg(self.dtype), self.enabled, self.cache_enabled],
+            out=ScalarType("opaque"), meta=tx.node_meta())
+        return const(None)
+
+    def exit(self, tx) -> None:
+        from fireclay_capture.variables.torch_names import AUTOCAST_EXIT_OP
+
+        tx.graph.call(f"torch::{AUTOCAST_EXIT_OP}", [self.handle], out=None, meta=tx.node_meta())
+        tx.entered_contexts.remove(self.real)
+        self.real.__exit__(None, None, None)
+
+
+class GradModeFunctionVar(Var):
+    def __init__(self, enabled: bool, fn: Var):
+        self.enabled, self.fn = enabled, fn
+
+    def call(self, tx, args, kwargs):
+        prior = torch.is_grad_enabled()
+        tx.set_grad_enabled(self.enabled)
+        try:
+            return self.fn.call(tx, args, kwargs)
+        finally:
+            tx.set_grad_enabled(prior)
+
+
+class ContextExitVar(Var):
+    """The ``__exit__`` that BEFORE_WITH leaves on the stack; called with (None, None, None)."""
+
+    def __init__(self, ctx: Var):
+        self.ctx = ctx
+
+    def call(self, tx, args, kwargs):
+        self.ctx.exit(tx)
+        return const(None)
+
+
+class NullContextVar(Var):
+    """Context managers with no effect on the graph (``contextlib.nullcontext``)."""
+
+    def __init__(self, value: Var | None = None):
+        self.value = value
+
+    def enter(self, tx):
+        return self.value if self.value is not None else const(None)
+
+    def exit(self, tx):
+        return None
+
+
+class SuperVar(Var):
+    """``super()`` inside a method: attribute lookup starts after ``cls`` in type(self)'s MRO."""
+
+    def __init__(self, cls: type, self_var: Var):
+        self.cls, self.self_var = cls, self_var
+
+    def getattr(self, tx, name):
+        from fireclay_capture.variables.builder import wrap
+
+        obj_type = self.self_var.python_type()
+        mro = obj_type.__mro__
+        start = mro.index(self.cls) + 1 if self.cls in mro else 0
+        for klass in mro[start:]:
+            if name in klass.__dict__:
+                attr = klass.__dict__[name]
+                if isinstance(attr, staticmethod):
+                    return wrap(tx, attr.__func__, None)
+                if isinstance(attr, classmethod):
+                    return UserMethodVar(wrap(tx, attr.__func__, None), wrap(tx, obj_type, None))
+                if isinstance(attr, types.FunctionType):
+                    return UserMethodVar(UserFunctionVar(attr), self.self_var)
+                if attr is object.__init__ or attr is torch.nn.Module.__init__:
+                    raise Unsupported("calling super().__init__ inside the captured function")
+                if klass in (dict, list, tuple) and hasattr(self.self_var, "builtin_view"):
+                    return self.self_var.builtin_view(tx).getattr(tx, name)
+                return wrap(tx, attr, None)
+        raise ObservedException(AttributeError, f"'super' object has no attribute {name!r}")

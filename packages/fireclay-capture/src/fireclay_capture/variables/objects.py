@@ -1,0 +1,499 @@
+"""Objects: nn.Modules, Python modules, classes, user objects that exist outside the trace, and
+objects created inside it (dataclasses, plain classes, Hugging Face ModelOutputs)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import os
+import types
+from typing import Any
+
+import torch
+
+from fireclay_capture.errors import ObservedException, Unsupported
+from fireclay_capture.sources import AttrSource, module_member
+from fireclay_capture.variables.base import ConstVar, Var, const
+from fireclay_capture.variables.containers import DictVar, TupleVar
+from fireclay_capture.variables.functions import PartialVar, UserFunctionVar, UserMethodVar
+
+
+def _class_attribute(tx, owner_var: Var, obj_type: type, name: str, source) -> Var | None:
+    """Look ``name`` up on the class the way the instance would; None if it is not there."""
+    from fireclay_capture.variables.builder import wrap
+
+    try:
+        attr = inspect.getattr_static(obj_type, name)
+    except AttributeError:
+        return None
+    if isinstance(attr, staticmethod):
+        return wrap(tx, attr.__func__, None)
+    if isinstance(attr, classmethod):
+        return UserMethodVar(wrap(tx, attr.__func__, None), ClassVar(obj_type))
+    if isinstance(attr, property):
+        if attr.fget is None:
+            raise Unsupported(f"property {name!r} has no getter")
+        return tx.inline_call(UserFunctionVar(attr.fget), [owner_var], {})
+    if isinstance(attr, types.FunctionType):
+        return UserMethodVar(UserFunctionVar(attr), owner_var)
+    if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, type)):
+        raise Unsupported(f"descriptor {name!r} of {obj_type.__name__}")
+    return wrap(tx, attr, source)
+
+
+def _hooks_of(module: torch.nn.Module) -> bool:
+    from torch.nn.modules import module as module_mod
+
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or getattr(module, "_backward_pre_hooks", None)
+                or module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks
+                or module_mod._global_backward_hooks)
+
+
+_MODULE_ITERATORS = ("parameters", "buffers", "children", "modules", "named_parameters",
+                     "named_buffers", "named_children", "named_modules")
+
+
+class ModuleVar(Var):
+    """An ``nn.Module`` instance: attributes, parameters and buffers (lifted as graph inputs),
+    submodules; calling it inlines its ``forward``."""
+
+    def __init__(self, module: torch.nn.Module, source, qualname: str):
+        self.module = module
+        self.source = source
+        self.qualname = qualname
+
+    def python_type(self):
+        return type(self.module)
+
+    def identity(self):
+        return self.module
+
+    def _child_name(self, name: str) -> str:
+        return f"{self.qualname}.{name}" if self.qualname else name
+
+    def getattr(self, tx, name):
+        from fireclay_capture.variables.builder import wrap
+
+        m = self.module
+        src = self.source
+        if name == "__class__":
+            return ClassVar(type(m))
+        if name in m.__dict__:
+            return wrap(tx, m.__dict__[name], AttrSource(src, name))
+        if name in m._parameters:
+            return wrap(tx, m._parameters[name], module_member(src, "_parameters", name),
+                        weight=("parameter", self._child_name(name)))
+        if name in m._buffers:
+            return wrap(tx, m._buffers[name], module_member(src, "_buffers", name),
+                        weight=("buffer", self._child_name(name)))
+        if name in m._modules:
+            child = m._modules[name]
+            return wrap(tx, child, module_member(src, "_modules", name), qualname=self._child_name(name))
+        if name in _MODULE_ITERATORS and getattr(type(m), name) is getattr(torch.nn.Module, name):
+            from fireclay_capture.variables.containers import ContainerMethodVar
+
+            return ContainerMethodVar(self, name)
+        found = _class_attribute(tx, self, type(m), name, AttrSource(src, name))
+        if found is not None:
+            return found
+        if name == "__class__":
+            return ClassVar(type(m))
+        raise ObservedException(AttributeError, f"'{type(m).__name__}' object has no attribute {name!r}")
+
+    def call(self, tx, args, kwargs):
+        if _hooks_of(self.module):
+            raise Unsupported(f"module {self.qualname or type(self.module).__name__} has hooks")
+        if self.source is not None:
+            # Registering a hook later must re-capture (the trace inlined forward without it).
+            tx.guards.no_hooks(self.source)
+        forward = self.getattr(tx, "forward")
+        with tx.in_module(self.qualname, type(self.module).__name__):
+            return forward.call(tx, args, kwargs)
+
+    def children(self, tx) -> list[Var]:
+        return [self.getattr(tx, name) for name in self.module._modules]
+
+    def unpack(self, tx):
+        m = self.module
+        if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential)):
+            return self.children(tx)
+        if isinstance(m, torch.nn.ModuleDict):
+            return [const(k) for k in m._modules]
+        if isinstance(m, torch.nn.ParameterList):
+            return [self.getattr(tx, k) for k in m._parameters]
+        raise Unsupported(f"iterating over module {type(m).__name__}")
+
+    def truth(self, tx):
+        return len(self.module._modules) > 0 if isinstance(self.module, (torch.nn.ModuleList,)) else True
+
+    def getitem(self, tx, key):
+        m = self.module
+        k = key.as_python_constant()
+        if isinstance(m, torch.nn.ModuleDict):
+            return self.getattr(tx, k)
+        if isinstance(m, (torch.nn.ModuleList, torch.nn.Sequential, torch.nn.ParameterList)):
+            names = list(m._modules) if not isinstance(m, torch.nn.ParameterList) else list(m._parameters)
+            if isinstance(k, slice):
+                return TupleVar([self.getattr(tx, n) for n in names[k]])
+            return self.getattr(tx, names[k])
+        raise Unsupported(f"indexing module {type(m).__name__}")
+
+    def method(self, tx, name, args, kwargs):
+        if args or kwargs:
+            raise Unsupported(f"Module.{name}() with arguments")
+        return self._iterate(tx, name)
+
+    def _iterate(self, tx, name: str) -> Var:
+        m = self.module
+        if name in ("children", "named_children"):
+            pairs = [(k, self.getattr(tx, k)) for k in m._modules if m._modules[k] is not None]
+        elif name in ("parameters", "named_parameters", "buffers", "named_buffers"):
+            table = "_parameters" if "param" in name else "_buffers"
+            pairs = []
+            for prefix, sub in m.named_modules():
+                owner = self._descend(tx, prefix)
+                for k, v in getattr(sub, table).items():
+                    if v is not None:
+                        pairs.append((f"{prefix}.{k}" if prefix else k, owner.getattr(tx, k)))
+        else:
+            pairs = [(prefix, self._descend(tx, prefix)) for prefix, _ in m.named_modules()]
+        if name.startswith("named_"):
+            return TupleVar([TupleVar([const(k), v]) for k, v in pairs])
+        return TupleVar([v for _, v in pairs])
+
+    def _descend(self, tx, dotted: str) -> Var:
+        v: Var = self
+        for part in filter(None, dotted.split(".")):
+            v = v.getattr(tx, part)
+        return v
+
+    def __repr__(self):
+        return f"ModuleVar({self.qualname or type(self.module).__name__})"
+
+
+class PyModuleVar(Var):
+    """A Python module (``torch``, ``math``, ``torch.nn.functional``, a user module)."""
+
+    TRUSTED = ("torch", "math", "operator", "builtins", "functools", "itertools", "collections",
+               "typing", "dataclasses", "numbers", "types", "warnings", "inspect", "enum")
+
+    def __init__(self, module: types.ModuleType, source=None):
+        self.module = module
+        self.source = source
+
+    def identity(self):
+        return self.module
+
+    def python_type(self):
+        return types.ModuleType
+
+    def getattr(self, tx, name):
+        from fireclay_capture.variables.builder import wrap
+
+        try:
+            value = getattr(self.module, name)
+        except AttributeError:
+            raise ObservedException(AttributeError, f"module {self.module.__name__!r} has no attribute {name!r}") from None
+        root = self.module.__name__.split(".")[0]
+        # Library modules are assumed not to be monkey-patched mid-run: no guards below them.
+        source = None if root in self.TRUSTED else (AttrSource(self.source, name) if self.source else None)
+        return wrap(tx, value, source)
+
+    def __repr__(self):
+        return f"module {self.module.__name__}"
+
+
+class ClassVar(Var):
+    """A class: calling it builds an object (namedtuple, dataclass, plain class, ModelOutput)."""
+
+    def __init__(self, cls: type, source=None):
+        self.cls = cls
+        self.source = source
+
+    def python_type(self):
+        return type(self.cls)
+
+    def identity(self):
+        return self.cls
+
+    def as_python_constant(self):
+        return self.cls  # a class is pinned by an identity guard (or by its instance's type guard)
+
+    def getattr(self, tx, name):
+        from fireclay_capture.variables.builder import wrap
+
+        try:
+            attr = inspect.getattr_static(self.cls, name)
+        except AttributeError:
+            raise ObservedException(AttributeError, f"type object {self.cls.__name__!r} has no attribute {name!r}") from None
+        if isinstance(attr, classmethod):
+            return UserMethodVar(wrap(tx, attr.__func__, None), self)
+        if isinstance(attr, staticmethod):
+            return wrap(tx, attr.__func__, None)
+        if isinstance(attr, types.FunctionType):
+            return UserFunctionVar(attr)
+        return wrap(tx, getattr(self.cls, name), AttrSource(self.source, name) if self.source else None)
+
+    def call(self, tx, args, kwargs):
+        cls = self.cls
+        if cls in (torch.no_grad, torch.enable_grad) and not args and not kwargs:
+            # e.g. torch's function decorators re-create their context manager on each call
+            from fireclay_capture.variables.functions import GradModeVar
+
+            return GradModeVar(cls is torch.enable_grad)
+        if is_model_output_class(cls):
+            return ModelOutputVar.construct(tx, cls, args, kwargs)
+        if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+            names = cls._fields
+            bound = dict(zip(names, args))
+            bound.update(kwargs)
+            defaults = getattr(cls, "_field_defaults", {})
+            items = []
+            for n in names:
+                if n in bound:
+                    items.append(bound[n])
+                elif n in defaults:
+                    items.append(const(defaults[n]))
+                else:
+                    raise Unsupported(f"{cls.__name__}() missing argument {n!r}")
+            return TupleVar(items, cls=cls)
+        if issubclass(cls, torch.nn.Module):
+            raise Unsupported(f"creating a module ({cls.__name__}) inside the captured function")
+        if issubclass(cls, BaseException):
+            raise Unsupported(f"creating exception {cls.__name__}")
+        if cls is functools.partial:
+            return PartialVar(args[0], list(args[1:]), dict(kwargs))
+        init = inspect.getattr_static(cls, "__init__", None)
+        new = inspect.getattr_static(cls, "__new__", None)
+        if init is object.__init__ and new is object.__new__:
+            if args or kwargs:
+                raise Unsupported(f"{cls.__qualname__}() takes no arguments")
+            return NewObjectVar(cls)
+        if new is not object.__new__ or not isinstance(init, types.FunctionType):
+            raise Unsupported(f"creating an instance of {cls.__qualname__} (custom __new__ or C __init__)")
+        if getattr(cls, "__slots__", None) is not None and not dataclasses.is_dataclass(cls):
+            raise Unsupported(f"creating an instance of {cls.__qualname__} (uses __slots__)")
+        obj = NewObjectVar(cls)
+        tx.inline_call(UserFunctionVar(init), [obj, *args], kwargs)
+        return obj
+
+    def __repr__(self):
+        return f"class {self.cls.__qualname__}"
+
+
+def is_model_output_class(cls: type) -> bool:
+    return any(k.__name__ == "ModelOutput" and k.__module__.startswith("transformers") for k in cls.__mro__)
+
+
+class ObjectVar(Var):
+    """A user object that exists outside the trace: attributes are read (and guarded), never
+    written."""
+
+    def __init__(self, obj: Any, source):
+        self.obj = obj
+        self.source = source
+
+    def python_type(self):
+        return type(self.obj)
+
+    def identity(self):
+        return self.obj
+
+    def getattr(self, tx, name):
+        from fireclay_capture.variables.builder import wrap
+
+        if name == "__class__":
+            return ClassVar(type(self.obj))
+        written = tx.read_attr(self.obj, name)
+        if written is not None:
+            from fireclay_capture.tracer import DELETED
+
+            if written is DELETED:
+                raise ObservedException(AttributeError, f"'{type(self.obj).__name__}' object has no attribute {name!r}")
+            return written
+        d = getattr(self.obj, "__dict__", None)
+        if d is not None and name in d:
+            return wrap(tx, d[name], AttrSource(self.source, name) if self.source else None)
+        found = _class_attribute(tx, self, type(self.obj), name,
+                                 AttrSource(self.source, name) if self.source else None)
+        if found is not None:
+            return found
+        raise ObservedException(AttributeError, f"'{type(self.obj).__name__}' object has no attribute {name!r}")
+
+    def call(self, tx, args, kwargs):
+        return self.getattr(tx, "__call__").call(tx, args, kwargs)
+
+    def _dunder(self, tx, name: str) -> Var | None:
+        fn = inspect.getattr_static(type(self.obj), name, None)
+        # collections.abc mixins answer through try/except; their own __iter__/__getitem__ do.
+        if isinstance(fn, types.FunctionType) and fn.__module__ != "collections.abc":
+            return UserMethodVar(UserFunctionVar(fn), self)
+        return None
+
+    def contains(self, tx, item: Var) -> bool | None:
+        method = self._dunder(tx, "__contains__")
+        if method is not None:
+            return method.call(tx, [item], {}).truth(tx)
+        return None
+
+    def getitem(self, tx, key):
+        method = self._dunder(tx, "__getitem__")
+        if method is not None:
+            return method.call(tx, [key], {})
+        if isinstance(self.obj, (dict, list, tuple)):
+            return self.builtin_view(tx).getitem(tx, key)
+        return super().getitem(tx, key)
+
+    def unpack(self, tx):
+        method = self._dunder(tx, "__iter__")
+        if method is not None:
+            return method.call(tx, [], {}).unpack(tx)
+        if isinstance(self.obj, (dict, list, tuple)):
+            return self.builtin_view(tx).unpack(tx)
+        return super().unpack(tx)
+
+    def builtin_view(self, tx) -> Var:
+        """The object seen as the builtin container it subclasses (for ``super().get(...)`` and
+        other C methods): its items wrapped with sources and guarded."""
+        from fireclay_capture.variables.builder import wrap_container
+
+        return wrap_container(tx, self.obj, self.source)
+
+    def __repr__(self):
+        return f"ObjectVar({type(self.obj).__name__})"
+
+
+class NewObjectVar(Var):
+    """An instance of a user class created inside the trace; its attributes are Vars."""
+
+    def __init__(self, cls: type):
+        self.cls = cls
+        self.attrs: dict[str, Var] = {}
+
+    def python_type(self):
+        return self.cls
+
+    def getattr(self, tx, name):
+        if name in self.attrs:
+            return self.attrs[name]
+        if name == "__class__":
+            return ClassVar(self.cls)
+        found = _class_attribute(tx, self, self.cls, name, None)
+        if found is not None:
+            return found
+        raise ObservedException(AttributeError, f"'{self.cls.__name__}' object has no attribute {name!r}")
+
+    def call(self, tx, args, kwargs):
+        return self.getattr(tx, "__call__").call(tx, args, kwargs)
+
+    def setattr(self, tx, name: str, value: Var) -> None:
+        self.attrs[name] = value
+
+    def __repr__(self):
+        return f"NewObjectVar({self.cls.__name__})"
+
+
+class EnvironVar(Var):
+    """``os.environ``: read at trace time. Libraries read switches from it; like TorchDynamo, the
+    capture assumes the environment does not change while the program runs (no guards)."""
+
+    def python_type(self):
+        return type(os.environ)
+
+    def getattr(self, tx, name):
+        if name in ("get", "__contains__"):
+            from fireclay_capture.variables.containers import ContainerMethodVar
+
+            return ContainerMethodVar(self, name)
+        raise Unsupported(f"os.environ.{name}")
+
+    def method(self, tx, name, args, kwargs):
+        key = args[0].as_python_constant()
+        if name == "get":
+            default = args[1].as_python_constant() if len(args) > 1 else None
+            return const(os.environ.get(key, default))
+        return const(key in os.environ)
+
+    def getitem(self, tx, key):
+        k = key.as_python_constant()
+        if k not in os.environ:
+            raise ObservedException(KeyError, k)
+        return const(os.environ[k])
+
+    def contains(self, tx, item):
+        return item.as_python_constant() in os.environ
+
+
+class ModelOutputVar(Var):
+    """A Hugging Face ``ModelOutput`` (an ordered dict of its non-None fields that also allows
+    attribute and integer access)."""
+
+    def __init__(self, cls: type, fields: dict[str, Var]):
+        self.cls = cls
+        self.fields = fields  # every dataclass field, None ones included, in declaration order
+
+    @classmethod
+    def construct(cls_, tx, cls: type, args: list[Var], kwargs: dict[str, Var]) -> ModelOutputVar:
+        names = [f.name for f in dataclasses.fields(cls)]
+        values: dict[str, Var] = {n: const(None) for n in names}
+        for n, a in zip(names, args):
+            values[n] = a
+        for n, a in kwargs.items():
+            if n not in values:
+                raise Unsupported(f"{cls.__name__} has no field {n!r}")
+            values[n] = a
+        return cls_(cls, values)
+
+    def python_type(self):
+        return self.cls
+
+    def present(self) -> dict[str, Var]:
+        return {k: v for k, v in self.fields.items() if not (isinstance(v, ConstVar) and v.value is None)}
+
+    def getattr(self, tx, name):
+        if name in self.fields:
+            return self.fields[name]
+        if name in ("to_tuple", "keys", "values", "items", "get"):
+            from fireclay_capture.variables.containers import ContainerMethodVar
+
+            return ContainerMethodVar(self, name)
+        raise ObservedException(AttributeError, f"'{self.cls.__name__}' object has no attribute {name!r}")
+
+    def method(self, tx, name, args, kwargs):
+        present = self.present()
+        if name in ("to_tuple", "values"):
+            return TupleVar(list(present.values()))
+        if name == "keys":
+            return TupleVar([const(k) for k in present])
+        if name == "items":
+            return TupleVar([TupleVar([const(k), v]) for k, v in present.items()])
+        if name == "get":
+            k = args[0].as_python_constant()
+            return present.get(k, args[1] if len(args) > 1 else const(None))
+        raise Unsupported(f"{self.cls.__name__}.{name}")
+
+    def getitem(self, tx, key):
+        k = key.as_python_constant()
+        present = self.present()
+        if isinstance(k, str):
+            if k not in present:
+                raise ObservedException(KeyError, k)
+            return present[k]
+        values = list(present.values())
+        if isinstance(k, slice):
+            return TupleVar(values[k])
+        return values[k]
+
+    def setitem(self, tx, key, value):
+        self.fields[key.as_python_constant()] = value
+
+    def unpack(self, tx):
+        return [const(k) for k in self.present()]
+
+    def as_dict(self) -> DictVar:
+        return DictVar(self.present())
+
+    def __repr__(self):
+        return f"ModelOutputVar({self.cls.__name__})"

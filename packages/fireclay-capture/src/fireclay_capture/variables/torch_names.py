@@ -1,0 +1,127 @@
+"""Public names of torch callables, for op names (``torch::torch.nn.functional.gelu``), and the
+torch functions the capture answers at trace time instead of recording."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fireclay_ir.dialects.torch import DENIED, register_callable
+
+# The torch dialect's roots, in its order of preference (torch.relu before Tensor.relu).
+_ROOTS = ("torch", "torch.nn.functional", "torch.linalg", "torch.fft", "torch.special")
+_NAMES: dict[int, tuple[Any, str | None]] = {}
+
+
+def public_torch_name(fn: Any) -> str | None:
+    """The torch-dialect name of a torch callable (``torch.nn.functional.gelu`` for F.gelu);
+    None when it is not an op there.
+
+    Looked up by the callable's own ``__name__`` under each root rather than by scanning the
+    namespaces, which would import every lazily loaded torch submodule.
+    """
+    cached = _NAMES.get(id(fn))
+    if cached is not None and cached[0] is fn:
+        return cached[1]
+    name = None
+    short = getattr(fn, "__name__", None)
+    if isinstance(short, str) and not short.startswith("_"):
+        for root in _ROOTS:
+            holder = _module(root)
+            # C functions of torch.linalg / fft / special are named linalg_norm, fft_fft, ...
+            prefix = root.rsplit(".", 1)[-1] + "_"
+            attr = short[len(prefix):] if short.startswith(prefix) and root != "torch" else short
+            if holder.__dict__.get(attr) is fn:
+                name = f"{root}.{attr}"
+                break
+    if name is None:
+        name = _by_identity().get(id(fn))
+    if name is not None and name in DENIED:
+        name = None
+    _NAMES[id(fn)] = (fn, name)
+    return name
+
+
+_IDENTITY: dict[int, str] = {}
+
+
+def _by_identity() -> dict[int, str]:
+    """Public names by object identity, from the roots' ``__dict__`` (reading ``__dict__``, not
+    ``getattr``, so that no lazily loaded submodule gets imported)."""
+    if not _IDENTITY:
+        for root in _ROOTS:
+            for attr, obj in list(_module(root).__dict__.items()):
+                if not attr.startswith("_") and callable(obj) and not isinstance(obj, type):
+                    _IDENTITY.setdefault(id(obj), f"{root}.{attr}")
+    return _IDENTITY
+
+
+def _module(dotted: str) -> Any:
+    obj: Any = torch
+    for part in dotted.split(".")[1:]:
+        obj = getattr(obj, part)
+    return obj
+
+
+def _true(*args, **kwargs):
+    return True
+
+
+def _false(*args, **kwargs):
+    return False
+
+
+def _none(*args, **kwargs):
+    return None
+
+
+# torch functions answered at trace time; each receives Python constants (tensors as fakes).
+TRACE_TIME_FUNCTIONS: dict[Any, Any] = {
+    torch.is_grad_enabled: torch.is_grad_enabled,
+    torch.get_default_dtype: torch.get_default_dtype,
+    torch.is_tensor: lambda x: isinstance(x, torch.Tensor),
+    torch.is_floating_point: lambda x: x.is_floating_point(),
+    torch.is_complex: lambda x: x.is_complex(),
+    torch.numel: lambda x: x.numel(),
+    torch.is_autocast_enabled: torch.is_autocast_enabled,
+    torch.is_inference_mode_enabled: torch.is_inference_mode_enabled,
+    torch.compiler.is_compiling: _true,
+    torch.compiler.is_dynamo_compiling: _false,
+    torch.jit.is_scripting: _false,
+    torch.jit.is_tracing: _false,
+    torch.cuda.is_available: torch.cuda.is_available,
+    torch.is_storage: _false,
+    torch._C._get_tracing_state: _none,
+    torch.finfo: torch.finfo,
+    torch.iinfo: torch.iinfo,
+}
+for _name in ("is_exporting",):
+    if hasattr(torch.compiler, _name):
+        TRACE_TIME_FUNCTIONS[getattr(torch.compiler, _name)] = _false
+for _overrides in ("has_torch_function", "has_torch_function_unary", "has_torch_function_variadic"):
+    TRACE_TIME_FUNCTIONS[getattr(torch.overrides, _overrides)] = _false
+
+
+# Grad-mode switches inside a graph (``with torch.no_grad():``). torch.set_grad_enabled is not a
+# shipped op (as a class it also builds a context manager), so the plain function is registered.
+GRAD_MODE_OP = "torch.autograd.set_grad_enabled"
+register_callable(GRAD_MODE_OP, torch._C._set_grad_enabled)
+
+
+def _autocast_enter(device_type: str, dtype, enabled: bool, cache_enabled):
+    ctx = torch.autocast(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
+    ctx.__enter__()
+    return ctx
+
+
+def _autocast_exit(ctx) -> None:
+    ctx.__exit__(None, None, None)
+
+
+# ``with torch.autocast(...)`` inside a graph: enter returns the context (an opaque value) that
+# exit takes back, so the region is explicit in the IR.
+AUTOCAST_ENTER_OP = "torch.amp.autocast_enter"
+AUTOCAST_EXIT_OP = "torch.amp.autocast_exit"
+register_callable(AUTOCAST_ENTER_OP, _autocast_enter)
+register_callable(AUTOCAST_EXIT_OP, _autocast_exit)

@@ -1,0 +1,262 @@
+"""Guard soundness: whatever the trace relied on, changing it re-captures; never a stale result."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from fireclay_capture import capture, config
+
+FACTOR = 2.0
+USE_RELU = True
+
+
+def uses_globals(x):
+    y = x * FACTOR
+    if USE_RELU:
+        y = torch.relu(y)
+    return y
+
+
+def test_changing_a_global_recaptures(monkeypatch):
+    f = capture(uses_globals, fullgraph=True)
+    x = torch.randn(4)
+    torch.testing.assert_close(f(x), uses_globals(x))
+    monkeypatch.setitem(globals(), "FACTOR", 3.0)
+    torch.testing.assert_close(f(x), uses_globals(x))
+    monkeypatch.setitem(globals(), "USE_RELU", False)
+    torch.testing.assert_close(f(x), uses_globals(x))
+    assert (f.stats.captures, f.stats.recompiles) == (3, 2)
+    # Back to a configuration seen before: served from the cache, no new capture.
+    monkeypatch.setitem(globals(), "FACTOR", 2.0)
+    monkeypatch.setitem(globals(), "USE_RELU", True)
+    torch.testing.assert_close(f(x), uses_globals(x))
+    assert f.stats.captures == 3 and f.stats.cache_hits == 1
+
+
+def _plain(x, y):
+    return x @ y + 1
+
+
+@pytest.mark.parametrize("change", [
+    "dtype", "shape", "rank", "requires_grad", "stride", "same_object_aliasing",
+])
+def test_tensor_property_change_recaptures(change):
+    f = capture(_plain, fullgraph=True)
+    x, y = torch.randn(3, 4), torch.randn(4, 5)
+    torch.testing.assert_close(f(x, y), _plain(x, y))
+    if change == "dtype":
+        x, y = x.double(), y.double()
+    elif change == "shape":
+        x, y = torch.randn(2, 4), torch.randn(4, 5)
+    elif change == "rank":
+        x = torch.randn(2, 3, 4)
+    elif change == "requires_grad":
+        x = x.clone().requires_grad_(True)
+    elif change == "stride":
+        x = torch.randn(4, 3).t()
+    elif change == "same_object_aliasing":
+        x = torch.randn(4, 4)
+        y = x
+    out = f(x, y)
+    expected = _plain(x, y)
+    assert out.dtype == expected.dtype and out.requires_grad == expected.requires_grad
+    torch.testing.assert_close(out, expected)
+    assert (f.stats.captures, f.stats.recompiles) == (2, 1)
+
+
+def test_aliased_inputs_are_one_graph_input_and_guarded():
+    def f(a, b):
+        a.add_(1)
+        return a + b
+
+    cf = capture(f, fullgraph=True)
+    x = torch.zeros(3)
+    out = cf(x, x)  # a and b are the same tensor: b sees the mutation
+    torch.testing.assert_close(out, torch.full((3,), 2.0))
+    assert len(cf.last_program.main.inputs) == 1
+    y, z = torch.zeros(3), torch.zeros(3)
+    torch.testing.assert_close(cf(y, z), torch.ones(3))
+    assert cf.stats.captures == 2
+
+
+def test_list_length_change_recaptures():
+    def f(xs):
+        return sum(xs)
+
+    cf = capture(f, fullgraph=True)
+    xs = [torch.randn(3) for _ in range(3)]
+    torch.testing.assert_close(cf(xs), f(xs))
+    xs4 = xs + [torch.randn(3)]
+    torch.testing.assert_close(cf(xs4), f(xs4))
+    torch.testing.assert_close(cf(xs[:2]), f(xs[:2]))
+    assert cf.stats.captures == 3
+
+
+def test_dict_keys_and_constant_values_recapture():
+    def f(d):
+        out = d["x"]
+        for k, v in d.items():
+            if k != "x":
+                out = out * v
+        return out
+
+    cf = capture(f, fullgraph=True)
+    x = torch.randn(3)
+    for d in ({"x": x, "a": 2}, {"x": x, "a": 3}, {"x": x, "a": 2, "b": 5}, {"x": x}):
+        torch.testing.assert_close(cf(d), f(d))
+    assert cf.stats.captures == 4
+
+
+class Configurable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.scale = 1.0
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(self.lin(x)) * self.scale
+
+
+def test_module_attribute_change_recaptures():
+    m = Configurable().eval()
+    cf = capture(m, fullgraph=True)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(cf(x), m(x))
+    m.scale = 5.0
+    torch.testing.assert_close(cf(x), m(x))
+    assert cf.stats.captures == 2
+
+
+def test_training_flag_change_recaptures():
+    m = Configurable().eval()
+    cf = capture(m, fullgraph=True)
+    x = torch.randn(200, 4)
+    torch.testing.assert_close(cf(x), m(x))
+    m.train()
+    out = cf(x)
+    # Dropout now zeroes about half of the entries: a stale eval-mode graph would not.
+    assert (out == 0).float().mean() > 0.3
+    assert cf.stats.captures == 2
+
+
+def test_parameter_replacement_and_in_place_update():
+    m = Configurable().eval()
+    cf = capture(m, fullgraph=True)
+    x = torch.randn(2, 4)
+    cf(x)
+    with torch.no_grad():
+        m.lin.weight.mul_(2)  # in-place: same object, no re-capture, new values seen
+    torch.testing.assert_close(cf(x), m(x))
+    assert cf.stats.captures == 1
+    m.lin.weight = nn.Parameter(torch.randn(4, 4))  # a new object: re-capture
+    torch.testing.assert_close(cf(x), m(x))
+    assert cf.stats.captures == 2
+
+
+def test_submodule_swap_recaptures():
+    m = Configurable().eval()
+    cf = capture(m, fullgraph=True)
+    x = torch.randn(2, 4)
+    cf(x)
+    m.lin = nn.Linear(4, 4)
+    torch.testing.assert_close(cf(x), m(x))
+    assert cf.stats.captures == 2
+
+
+def test_grad_mode_change_recaptures():
+    w = torch.randn(3, requires_grad=True)
+
+    def f(x):
+        return x * w
+
+    cf = capture(f, fullgraph=True)
+    x = torch.randn(3)
+    assert cf(x).requires_grad
+    with torch.no_grad():
+        out = cf(x)
+    assert not out.requires_grad
+    assert cf.stats.captures == 2
+
+
+def test_closure_cell_change_recaptures():
+    k = 2
+
+    def f(x):
+        return x * k
+
+    cf = capture(f, fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(cf(x), x * 2)
+    k = 7  # noqa: F841 - read through the closure cell
+    torch.testing.assert_close(cf(x), x * 7)
+    assert cf.stats.captures == 2
+
+
+def test_shadowing_a_builtin_recaptures(monkeypatch):
+    def f(x):
+        return x * len([1, 2, 3])
+
+    cf = capture(f, fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(cf(x), x * 3)
+    monkeypatch.setitem(globals(), "len", lambda v: 10)
+    torch.testing.assert_close(cf(x), x * 10)
+    assert cf.stats.captures == 2
+
+
+def test_user_object_attribute_change_recaptures():
+    class Cfg:
+        def __init__(self):
+            self.mult = 2
+
+    cfg = Cfg()
+
+    def f(x, c):
+        return x * c.mult
+
+    cf = capture(f, fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(cf(x, cfg), x * 2)
+    cfg.mult = 4
+    torch.testing.assert_close(cf(x, cfg), x * 4)
+    assert cf.stats.captures == 2
+
+
+def test_recompile_limit_falls_back_to_eager(monkeypatch):
+    monkeypatch.setattr(config, "recompile_limit", 3)
+
+    def f(x, n):
+        return x * n
+
+    cf = capture(f)
+    x = torch.randn(3)
+    with pytest.warns(UserWarning, match="recompile_limit"):
+        for n in range(6):
+            torch.testing.assert_close(cf(x, n), x * n)
+    assert cf.stats.captures == 3
+    assert cf.cache.given_up
+
+
+def test_guard_function_is_generated_once_per_entry():
+    cf = capture(_plain, fullgraph=True)
+    x, y = torch.randn(3, 4), torch.randn(4, 5)
+    cf(x, y)
+    entry = cf.cache.entries[0]
+    src = entry.guards.source
+    assert src.startswith("def check_and_extract(L):")
+    assert "(3, 4)" in src and "(4, 5)" in src
+    assert entry.guards({"x": x, "y": y}) == [x, y]
+    assert entry.guards({"x": x.double(), "y": y}) is None
+
+
+def test_adding_a_hook_to_a_submodule_recaptures():
+    m = Configurable().eval()
+    cf = capture(m)
+    x = torch.randn(2, 4)
+    cf(x)
+    m.lin.register_forward_hook(lambda mod, inp, out: out * 0)
+    torch.testing.assert_close(cf(x), m(x))
+    assert (cf.stats.captures, cf.stats.fallbacks) == (1, 1)

@@ -1,0 +1,95 @@
+"""``fireclay.compile``: torch.compile's contract, over fireclay's stages."""
+
+from __future__ import annotations
+
+import functools
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fireclay.backends import lookup_backend
+from fireclay.modes import resolve_options
+from fireclay.verify import verifying
+from fireclay_capture import CapturedFunction, capture
+
+
+def compile(
+    model: Callable[..., Any] | None = None,
+    *,
+    fullgraph: bool = False,
+    dynamic: bool | None = None,
+    backend: str | Callable[..., Any] = "fireclay",
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+    disable: bool = False,
+):
+    """Compile a function or ``nn.Module``; usable as ``@fireclay.compile`` or ``@fireclay.compile(...)``.
+
+    ``backend`` is a name from ``fireclay.list_backends()`` or a callable
+    ``(program, example_inputs) -> callable``. ``mode`` (``default``, ``reduce-overhead``,
+    ``max-autotune``, ``max-autotune-no-cudagraphs``) and ``options`` set backend options
+    (``fireclay.list_mode_options(mode)`` shows them). ``fullgraph=True`` makes anything that
+    cannot be captured an error naming the file and line; otherwise that code runs eagerly.
+    ``disable=True`` returns ``model`` unchanged.
+    """
+    resolved = resolve_options(mode, options)
+    name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
+    compiler = verifying(_with_options(lookup_backend(backend), resolved), name)
+
+    def wrap(target: Callable[..., Any]):
+        if disable:
+            return target
+        if isinstance(target, torch.nn.Module):
+            return OptimizedModule(target, capture(target, backend=compiler, fullgraph=fullgraph, dynamic=dynamic))
+        if not callable(target):
+            raise TypeError(f"fireclay.compile takes a function or an nn.Module, got {type(target).__name__}")
+        compiled = capture(target, backend=compiler, fullgraph=fullgraph, dynamic=dynamic)
+        if isinstance(target, types.FunctionType):
+            functools.update_wrapper(compiled, target, updated=())
+        return compiled
+
+    return wrap if model is None else wrap(model)
+
+
+def _with_options(backend: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
+    """Hand options to backends that take them (a keyword ``options``); others get none."""
+    try:
+        import inspect
+
+        takes_options = "options" in inspect.signature(backend).parameters
+    except (TypeError, ValueError):
+        takes_options = False
+    if not takes_options:
+        return backend
+    return functools.partial(backend, options=options)
+
+
+class OptimizedModule(torch.nn.Module):
+    """A compiled ``nn.Module``: calls go through the compiled forward; parameters, buffers,
+    ``state_dict`` and attribute access are the original module's."""
+
+    def __init__(self, original: torch.nn.Module, compiled: CapturedFunction):
+        super().__init__()
+        # Registered as a child so .to(), .train(), .parameters() reach the original.
+        self._orig_mod = original
+        object.__setattr__(self, "_compiled", compiled)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._compiled(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_orig_mod"], name)
+
+    def state_dict(self, *args: Any, **kwargs: Any):
+        return self._orig_mod.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, *args: Any, **kwargs: Any):
+        return self._orig_mod.load_state_dict(state_dict, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"OptimizedModule({self._orig_mod!r})"

@@ -1,0 +1,198 @@
+"""One function per subcommand: ``cmd_<name>(args) -> exit status``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import sys
+import time
+
+import fireclay_ir as ir
+from fireclay.cli import CLIError
+from fireclay.cli.inputs import inputs_for, save_tensors, summarize
+
+SUFFIX = ".fcir.json"
+
+
+def load_program(path: str) -> ir.Program:
+    if not os.path.exists(path):
+        raise CLIError(f"no such file: {path}")
+    if os.path.isdir(path):
+        raise CLIError(f"{path} is a folder; expected a {SUFFIX} file")
+    try:
+        return ir.load(path)
+    except ir.FormatError as e:
+        raise CLIError(f"{path} is not a readable fireclay-ir file: {e}") from None
+
+
+def dialects_of(program: ir.Program) -> set[str]:
+    return {node.dialect for graph in program.graphs.values() for node in graph.nodes} or set(program.dialects)
+
+
+def _require(program: ir.Program, path: str, allowed: set[str], command: str, hint: str) -> str:
+    """The program's dialect, when ``command`` takes it; otherwise a CLIError saying what to do."""
+    found = (dialects_of(program) - {"hop"}) or {"torch"}
+    if not found <= allowed:
+        raise CLIError(f"`fireclay {command}` takes a program in the {' or '.join(sorted(allowed))} dialect; {path} is in the "
+                       f"{', '.join(sorted(found))} dialect. {hint}".rstrip())
+    return "loops" if "loops" in found else sorted(found)[0]
+
+
+def _save(program: ir.Program, path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CLIError(f"cannot write {path}: folder {folder} does not exist")
+    ir.save(program, path)
+    print(f"wrote {path}")
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    program = load_program(args.file)
+    print(ir.format_program(program), end="")
+    if args.verify:
+        _import_dialects(program)
+        ir.verify(program)
+        print("# verified")
+    return 0
+
+
+def _import_dialects(program: ir.Program) -> None:
+    """Dialects register themselves on import; a loops program needs fireclay_loops loaded."""
+    if "loops" in dialects_of(program):
+        import fireclay_loops  # noqa: F401
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    program = load_program(args.file)
+    _import_dialects(program)
+    if "loops" in dialects_of(program):
+        from fireclay_loops import from_program
+        from fireclay_loops.reference import run as run_scheduled
+
+        values = inputs_for(program, args.inputs, args.seed)
+        outputs = tuple(run_scheduled(from_program(program), *values))
+    else:
+        values = inputs_for(program, args.inputs, args.seed)
+        outputs = ir.interpret(program, *values)
+    for i, value in enumerate(values):
+        print(summarize(f"input {i}", value))
+    for i, value in enumerate(outputs):
+        print(summarize(f"output {i}", value, full=args.print_values))
+    if args.save_outputs:
+        save_tensors(args.save_outputs, list(outputs), "out")
+        print(f"wrote {args.save_outputs}")
+    return 0
+
+
+def _stem(path: str) -> str:
+    return path[: -len(SUFFIX)] if path.endswith(SUFFIX) else os.path.splitext(path)[0]
+
+
+def cmd_autograd(args: argparse.Namespace) -> int:
+    from fireclay_autograd import aot_graphs, trace_to_aten
+
+    program = load_program(args.file)
+    _require(program, args.file, {"torch", "aten"}, "autograd", "")
+    values = inputs_for(program, args.inputs, args.seed)
+    start = time.perf_counter()
+    if not args.train:
+        _save(trace_to_aten(program, values), args.output)
+    else:
+        values = [v.requires_grad_() if hasattr(v, "is_floating_point") and v.is_floating_point() else v
+                  for v in values]
+        if not any(getattr(v, "requires_grad", False) for v in values) and not any(
+                w.meta.requires_grad for w in program.weights.values()):
+            raise CLIError(f"--train needs a floating-point input or weight that requires grad; {args.file} has none")
+        pair = aot_graphs(program, values)
+        _save(pair.forward, args.output)
+        _save(pair.backward, _stem(args.output) + ".backward" + SUFFIX)
+    print(f"autograd took {(time.perf_counter() - start) * 1e3:.1f} ms")
+    return 0
+
+
+def cmd_loops(args: argparse.Namespace) -> int:
+    import fireclay_loops
+
+    program = load_program(args.file)
+    _require(program, args.file, {"aten"}, "loops", "Run `fireclay autograd` on a torch-dialect program first.")
+    start = time.perf_counter()
+    scheduled = fireclay_loops.schedule(fireclay_loops.lower(program))
+    elapsed = time.perf_counter() - start
+    _save(fireclay_loops.to_program(scheduled), args.output)
+    print(scheduled.report())
+    print(f"loops took {elapsed * 1e3:.1f} ms")
+    return 0
+
+
+def _codegen(args: argparse.Namespace, backend: str) -> int:
+    import importlib
+
+    program = load_program(args.file)
+    dialect = _require(program, args.file, {"aten", "loops"}, backend,
+                       "Run `fireclay autograd` on a torch-dialect program first.")
+    package = importlib.import_module(f"fireclay_{backend}")
+    compile_program = getattr(package, "compile_program", None)
+    if compile_program is None:
+        raise CLIError(f"this version of fireclay-{backend} has no compile_program; cannot generate code yet")
+    if dialect == "loops":
+        from fireclay_loops import from_program
+
+        program = from_program(program)
+    start = time.perf_counter()
+    compiled = compile_program(program)
+    elapsed = time.perf_counter() - start
+    if not hasattr(compiled, "dump"):
+        raise CLIError(f"this version of fireclay-{backend} cannot write its generated source to a folder")
+    os.makedirs(args.output, exist_ok=True)
+    for path in compiled.dump(args.output):
+        print(f"wrote {path}")
+    print(f"{backend} took {elapsed * 1e3:.1f} ms")
+    return 0
+
+
+def cmd_cpp(args: argparse.Namespace) -> int:
+    return _codegen(args, "cpp")
+
+
+def cmd_triton(args: argparse.Namespace) -> int:
+    return _codegen(args, "triton")
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from fireclay.report import CompileEvents, inspect_program, recording, write_report
+
+    target = args.target
+    if not os.path.exists(target):
+        raise CLIError(f"no such file: {target}")
+    status = 0
+    if target.endswith(".py"):
+        saved_argv = sys.argv
+        sys.argv = [target, *args.script_args]
+        with recording(title=f"fireclay compile report: {os.path.basename(target)}") as recorder:
+            try:
+                runpy.run_path(target, run_name="__main__")
+            except SystemExit as e:
+                status = int(e.code or 0) if not isinstance(e.code, str) else 1
+            except Exception as e:  # the report of what compiled so far is still worth writing
+                recorder.events().notes.append(f"the script raised {type(e).__name__}: {e}")
+                print(f"fireclay: the script raised {type(e).__name__}: {e}", file=sys.stderr)
+                status = 1
+            finally:
+                sys.argv = saved_argv
+        source = recorder
+    else:
+        program = load_program(target)
+        if "torch" in dialects_of(program):
+            events = CompileEvents(title=f"fireclay compile report: {os.path.basename(target)}")
+            values = inputs_for(program, args.inputs, args.seed)
+            inspect_program(program, values, events, program.metadata.get("capture", {}).get("function", "program"))
+            why = "a saved program holds no capture; run `fireclay report SCRIPT.py` to see them"
+            for section in ("graph_breaks", "guards", "recompiles"):
+                events.not_recorded[section] = why
+            source = events
+        else:
+            source = program
+    write_report(source, args.output)
+    print(f"wrote {args.output}")
+    return status

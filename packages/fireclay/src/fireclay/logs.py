@@ -1,0 +1,146 @@
+"""fireclay's logging: one standard-library logger per stage, and ``FIRECLAY_LOG``.
+
+Loggers (``logging.getLogger(name)``): ``fireclay.capture``, ``fireclay.autograd``,
+``fireclay.loops``, ``fireclay.cpp``, ``fireclay.triton`` (all children of ``fireclay``).
+A stage package used on its own logs under its distribution's module name
+(``fireclay_capture``, ...); once :func:`install` has run (importing ``fireclay.logs`` does it),
+those records are forwarded to the matching ``fireclay.<stage>`` logger, so configuring
+``fireclay.capture`` configures both and a root handler sees each record once.
+
+The environment variable ``FIRECLAY_LOG`` turns output on, read when this module is imported::
+
+    FIRECLAY_LOG="capture,loops=debug"   # capture at INFO, loops at DEBUG
+    FIRECLAY_LOG="+autograd"             # "+stage" is short for stage=debug
+    FIRECLAY_LOG="all=info"              # every stage
+
+Items are comma separated: ``STAGE``, ``+STAGE`` or ``STAGE=LEVEL`` where LEVEL is a standard
+level name (debug, info, warning, error). Named stages print to stderr through one handler on
+the ``fireclay`` logger (``[fireclay.loops] DEBUG: ...``) unless that logger already has a
+handler. Unknown stages or levels are reported with a warning and skipped, never an exception:
+a typo in an environment variable must not break ``import fireclay``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+
+# stage -> the logger name the stage package uses itself.
+STAGES: dict[str, str] = {
+    "capture": "fireclay_capture",
+    "autograd": "fireclay_autograd",
+    "loops": "fireclay_loops",
+    "cpp": "fireclay_cpp",
+    "triton": "fireclay_triton",
+}
+ROOT = "fireclay"
+ENV_VAR = "FIRECLAY_LOG"
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+           "warn": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
+
+
+def stage_logger(stage: str) -> logging.Logger:
+    """The ``fireclay.<stage>`` logger."""
+    if stage not in STAGES:
+        raise KeyError(f"no fireclay stage {stage!r}; stages are: {', '.join(STAGES)}")
+    return logging.getLogger(f"{ROOT}.{stage}")
+
+
+class _ForwardToStage(logging.Handler):
+    """Re-dispatches a stage package's records through its ``fireclay.<stage>`` logger."""
+
+    def __init__(self, stage: str):
+        super().__init__()
+        self.stage = stage
+
+    def emit(self, record: logging.LogRecord) -> None:
+        target = stage_logger(self.stage)
+        forwarded = logging.makeLogRecord(record.__dict__)
+        forwarded.name = target.name
+        target.handle(forwarded)
+
+
+def install() -> None:
+    """Forward every stage package's logger to its ``fireclay.<stage>`` logger (idempotent)."""
+    for stage, package_name in STAGES.items():
+        package = logging.getLogger(package_name)
+        if any(isinstance(h, _ForwardToStage) for h in package.handlers):
+            continue
+        package.addHandler(_ForwardToStage(stage))
+        # The forwarded copy reaches the root through fireclay.<stage>; the original must not.
+        package.propagate = False
+
+
+def parse_spec(spec: str) -> tuple[dict[str, int], list[str]]:
+    """``"capture,loops=debug"`` -> ({"capture": INFO, "loops": DEBUG}, problems)."""
+    levels: dict[str, int] = {}
+    problems: list[str] = []
+    for raw in spec.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        if "=" in item:
+            name, _, level_name = item.partition("=")
+            name, level_name = name.strip().lower(), level_name.strip().lower()
+        elif item.startswith("+"):
+            name, level_name = item[1:].strip().lower(), "debug"
+        else:
+            name, level_name = item.lower(), "info"
+        if level_name not in _LEVELS:
+            problems.append(f"{item!r}: unknown level {level_name!r} (use one of {', '.join(sorted(set(_LEVELS) - {'warn'}))})")
+            continue
+        names = list(STAGES) if name == "all" else [name]
+        if name != "all" and name not in STAGES:
+            problems.append(f"{item!r}: unknown stage {name!r} (stages: {', '.join(STAGES)}, or all)")
+            continue
+        for stage in names:
+            levels[stage] = _LEVELS[level_name]
+    return levels, problems
+
+
+def set_levels(levels: dict[str, int], stream=None) -> None:
+    """Set each named stage's level (both logger names) and make sure the output is printed."""
+    install()
+    for stage, level in levels.items():
+        stage_logger(stage).setLevel(level)
+        # The package logger decides whether a record is made at all.
+        logging.getLogger(STAGES[stage]).setLevel(level)
+    root = logging.getLogger(ROOT)
+    if levels and not root.handlers:
+        handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+        handler.setFormatter(logging.Formatter("[%(name)s] %(levelname)s: %(message)s"))
+        root.addHandler(handler)
+
+
+def configure_from_environment(environ=None) -> dict[str, int]:
+    """Apply ``FIRECLAY_LOG``; returns the levels it set. Problems become one warning."""
+    spec = (environ if environ is not None else os.environ).get(ENV_VAR, "")
+    install()
+    if not spec.strip():
+        return {}
+    levels, problems = parse_spec(spec)
+    if problems:
+        warnings.warn(f"{ENV_VAR}={spec!r}: ignored " + "; ".join(problems), stacklevel=2)
+    set_levels(levels)
+    return levels
+
+
+@contextlib.contextmanager
+def timed(stage: str, what: str) -> Iterator[dict[str, float]]:
+    """Time a block and log it at DEBUG on the stage's logger; the dict gets ``seconds``."""
+    result: dict[str, float] = {}
+    start = time.perf_counter()
+    try:
+        yield result
+    finally:
+        result["seconds"] = time.perf_counter() - start
+        stage_logger(stage).debug("%s took %.1f ms", what, result["seconds"] * 1e3)
+
+
+configure_from_environment()

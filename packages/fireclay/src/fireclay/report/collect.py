@@ -1,0 +1,181 @@
+"""Collecting a compile's events: run the stages over a program for inspection, and record the
+captures of ``fireclay.compile`` calls.
+
+:func:`inspect_program` takes one captured (torch-dialect) program through autograd -> loops ->
+kernel generation, timing each stage and keeping every intermediate graph and generated source.
+It generates kernel source without building it, so it works without a C++ compiler or a GPU.
+
+:class:`Recorder` wraps ``fireclay.compile``: the backend is wrapped so that each capture's
+program, inputs and backend time are seen, and the compiled callable's cache (guards, frames run
+eagerly, recompiles) is read afterwards. ``recording()`` makes every ``fireclay.compile`` call
+made inside it go through a recorder (used by ``fireclay report SCRIPT.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import re
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from fireclay.report.events import CompileEvents, GraphBreak, GraphEntry, GuardEntry, KernelEntry, Recompile
+from fireclay_ir import Program
+
+_LOCATION = re.compile(r"^  at (?P<file>.+?):(?P<line>\d+)(?:\n    (?P<text>.*))?", re.MULTILINE)
+
+
+def describe_inputs(inputs: list[Any]) -> str:
+    parts = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            dtype = str(x.dtype).removeprefix("torch.")
+            parts.append(f"{dtype}[{', '.join(str(d) for d in x.shape)}]{' requires_grad' if x.requires_grad else ''}")
+        else:
+            parts.append(type(x).__name__)
+    return "(" + ", ".join(parts) + ")"
+
+
+def inspect_program(program: Program, example_inputs: list[Any], events: CompileEvents, label: str) -> None:
+    """Run autograd -> loops -> kernel generation on ``program`` for the report; a stage that
+    fails is noted and ends the walk (the compile itself is not affected)."""
+    from fireclay_autograd import aot_graphs, trace_to_aten
+
+    events.graphs.append(GraphEntry(f"{label}: captured", "capture", program))
+    stage = "autograd"
+    try:
+        start = time.perf_counter()
+        if any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
+            pair = aot_graphs(program, example_inputs)
+            aten_programs = [("aten forward", pair.forward), ("aten backward", pair.backward)]
+        else:
+            aten_programs = [("aten inference", trace_to_aten(program, example_inputs))]
+        events.time("autograd", time.perf_counter() - start, label)
+        for title, aten in aten_programs:
+            events.graphs.append(GraphEntry(f"{label}: {title}", "autograd", aten))
+        on_gpu = any(isinstance(x, torch.Tensor) and x.device.type == "cuda" for x in example_inputs)
+        for title, aten in aten_programs:
+            stage = "loops"
+            import fireclay_loops
+
+            start = time.perf_counter()
+            scheduled = fireclay_loops.schedule(fireclay_loops.lower(aten))
+            loops_program = fireclay_loops.to_program(scheduled)
+            events.time("loops", time.perf_counter() - start, f"{label}: {title}")
+            events.graphs.append(GraphEntry(f"{label}: {title} (loops)", "loops", loops_program))
+            events.schedules.append((f"{label}: {title}", str(scheduled.report())))
+            stage = "triton" if on_gpu else "cpp"
+            start = time.perf_counter()
+            kernels = _generate(scheduled, stage)
+            events.time(stage, time.perf_counter() - start, f"{label}: {title} (source only, not built)")
+            for k in kernels:
+                events.kernels.append(KernelEntry(f"{label}: {title}", k.name, stage, k.source))
+    except Exception as e:  # the report shows how far the stages got
+        events.notes.append(f"{label}: the {stage} stage failed for the report: {type(e).__name__}: {e}")
+
+
+def _generate(scheduled, language: str) -> list:
+    if language == "triton":
+        from fireclay_triton import generate_kernels
+
+        return generate_kernels(scheduled)
+    from fireclay_cpp import generate_kernels
+
+    return generate_kernels(scheduled)
+
+
+class Recorder:
+    """Records what ``fireclay.compile`` does; ``recorder.events()`` gives the report's data."""
+
+    def __init__(self, inspect_stages: bool = True, title: str = "fireclay compile report"):
+        self.inspect_stages = inspect_stages
+        self._events = CompileEvents(title=title)
+        self._compiled: list[tuple[str, Any, list[str]]] = []  # (label, CapturedFunction, input signatures)
+
+    def compile(self, model: Any = None, *, backend: Any = "fireclay", **kwargs: Any):
+        """``fireclay.compile`` with recording; same arguments and result."""
+        import fireclay.api
+
+        if model is None:
+            return lambda target: self.compile(target, backend=backend, **kwargs)
+        label = getattr(model, "__qualname__", None) or type(model).__name__
+        signatures: list[str] = []
+        # fireclay.api.compile, not fireclay.compile: inside recording() the latter is this method.
+        result = fireclay.api.compile(model, backend=self._wrap(backend, label, signatures), **kwargs)
+        captured = result._compiled if isinstance(result, fireclay.api.OptimizedModule) else result
+        if captured is not model:  # disable=True hands the model back untouched
+            self._compiled.append((label, captured, signatures))
+        return result
+
+    def _wrap(self, backend: Any, label: str, signatures: list[str]) -> Callable[..., Any]:
+        from fireclay.backends import lookup_backend
+
+        real = lookup_backend(backend)
+        name = backend if isinstance(backend, str) else getattr(backend, "__name__", "backend")
+        try:
+            takes_options = "options" in inspect.signature(real).parameters
+        except (TypeError, ValueError):
+            takes_options = False
+
+        def recorded(program: Program, example_inputs: list, options: dict | None = None):
+            index = len(signatures)
+            signatures.append(describe_inputs(list(example_inputs)))
+            start = time.perf_counter()
+            compiled = real(program, example_inputs, options=options) if takes_options else real(program, example_inputs)
+            self._events.time(f"backend {name}", time.perf_counter() - start, f"{label} #{index}")
+            if self.inspect_stages:
+                inspect_program(program, list(example_inputs), self._events, f"{label} #{index}")
+            else:
+                self._events.graphs.append(GraphEntry(f"{label} #{index}: captured", "capture", program))
+            return compiled
+
+        if takes_options:
+            return recorded
+        # fireclay.compile hands options only to a backend whose signature names them.
+        return lambda program, example_inputs: recorded(program, example_inputs)
+
+    def events(self) -> CompileEvents:
+        """The events so far, with guards, eager frames and recompiles read from the caches."""
+        ev = self._events
+        ev.guards, ev.graph_breaks, ev.recompiles = [], [], []
+        for label, captured, signatures in self._compiled:
+            cache = getattr(captured, "cache", None)
+            if cache is None:
+                continue
+            compiled_seen = 0
+            for i, entry in enumerate(cache.entries):
+                ev.guards.append(GuardEntry(label, i, getattr(entry.guards, "source", str(entry.guards))))
+                if entry.compiled is None and entry.reason:
+                    m = _LOCATION.search(entry.reason)
+                    ev.graph_breaks.append(GraphBreak(label, entry.reason, m and m["file"], m and int(m["line"]),
+                                                      m and m["text"]))
+                if i > 0:
+                    seen = signatures[compiled_seen] if entry.program is not None and compiled_seen < len(signatures) \
+                        else "a call"
+                    ev.recompiles.append(Recompile(label, i, f"the guards of entries 0..{i - 1} rejected {seen}"))
+                if entry.program is not None:
+                    compiled_seen += 1
+        ev.not_recorded.pop("graph_breaks", None)
+        ev.notes = [n for n in ev.notes if not n.startswith("graph breaks:")]
+        ev.notes.append("graph breaks: this version of fireclay-capture runs a whole frame eagerly where it "
+                        "cannot trace it; breaks that split a frame into several graphs are not recorded yet.")
+        if not self._compiled:
+            ev.not_recorded["guards"] = "no fireclay.compile call was recorded"
+        return ev
+
+
+@contextlib.contextmanager
+def recording(inspect_stages: bool = True, title: str = "fireclay compile report") -> Iterator[Recorder]:
+    """Inside the block, ``fireclay.compile`` records into the yielded :class:`Recorder`."""
+    import fireclay
+
+    recorder = Recorder(inspect_stages, title)
+    previous = fireclay.compile
+    fireclay.compile = recorder.compile
+    try:
+        yield recorder
+    finally:
+        fireclay.compile = previous

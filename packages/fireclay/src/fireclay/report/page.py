@@ -1,0 +1,160 @@
+"""The report as one self-contained HTML page: inline CSS, inline SVG, one small inline script
+(table of contents, edge highlighting). Nothing is fetched: no external URL appears in it."""
+
+from __future__ import annotations
+
+from html import escape
+
+from fireclay.report.events import CompileEvents
+from fireclay.report.svg import graph_svg
+from fireclay_ir import format_program
+
+SECTIONS = [
+    ("times", "Time per stage"),
+    ("graphs", "Graphs"),
+    ("graph-breaks", "Graph breaks"),
+    ("guards", "Guards"),
+    ("recompiles", "Recompiles"),
+    ("kernels", "Kernels"),
+    ("schedules", "Schedules"),
+    ("notes", "Notes"),
+]
+
+_CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:0 16px;color:#1d1d1f}
+h1{font-size:22px}h2{border-bottom:1px solid #ccc;padding-bottom:3px;margin-top:32px}
+pre{background:#f5f5f7;padding:8px;overflow:auto;font-size:12px}
+table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+.bar{background:#e8743b;height:10px}.not-recorded{color:#8a5a00;background:#fff6df;padding:6px 10px}
+.svgwrap{overflow:auto;border:1px solid #eee;max-height:720px}
+svg.graph .edge{fill:none;stroke:#9aa0a6;stroke-width:1.3}
+svg.graph .edge.lit{stroke:#e8743b;stroke-width:2.5}
+svg.graph rect{fill:#fff;stroke:#5f6368}svg.graph .input rect{fill:#e3f2fd}
+svg.graph .output rect{fill:#e8f5e9}svg.graph .lit rect{stroke:#e8743b;stroke-width:2}
+svg.graph text{font:12px monospace}svg.graph .ty{fill:#5f6368}
+nav#toc a{margin-right:12px}
+"""
+
+# Builds the table of contents from the h2 headings, lights up a node's edges on hover, and
+# marks the page as ready (the headless-browser test reads these back from the DOM).
+_SCRIPT = """
+(function(){
+  var toc=document.getElementById('toc');
+  document.querySelectorAll('h2[id]').forEach(function(h){
+    var a=document.createElement('a');a.href='#'+h.id;a.textContent=h.textContent;toc.appendChild(a);
+  });
+  var drawn=0;
+  document.querySelectorAll('svg.graph').forEach(function(svg){
+    drawn+=svg.querySelectorAll('g.node').length;
+    svg.querySelectorAll('g.node').forEach(function(g){
+      var i=g.getAttribute('data-index');
+      function light(on){
+        g.classList.toggle('lit',on);
+        svg.querySelectorAll('.edge[data-from="'+i+'"],.edge[data-to="'+i+'"]').forEach(function(e){
+          e.classList.toggle('lit',on);});
+      }
+      g.addEventListener('mouseenter',function(){light(true);});
+      g.addEventListener('mouseleave',function(){light(false);});
+    });
+  });
+  document.getElementById('drawn-count').textContent=drawn+' boxes drawn';
+  document.body.setAttribute('data-ready','yes');
+})();
+"""
+
+
+def _not_recorded(events: CompileEvents, section: str) -> str:
+    why = events.not_recorded.get(section.replace("-", "_"))
+    return f'<p class="not-recorded">Not recorded by this version: {escape(why)}</p>' if why else ""
+
+
+def _pre(text: str) -> str:
+    return f"<pre>{escape(text)}</pre>"
+
+
+def _times(events: CompileEvents) -> str:
+    if not events.stage_times:
+        return _not_recorded(events, "stage_times") or "<p>No stage ran.</p>"
+    total: dict[str, float] = {}
+    for t in events.stage_times:
+        total[t.stage] = total.get(t.stage, 0.0) + t.seconds
+    longest = max(total.values()) or 1.0
+    rows = "".join(f'<tr><td>{escape(s)}</td><td>{sec * 1e3:.1f} ms</td>'
+                   f'<td style="width:320px"><div class="bar" style="width:{100 * sec / longest:.1f}%"></div></td></tr>'
+                   for s, sec in total.items())
+    detail = "".join(f"<tr><td>{escape(t.stage)}</td><td>{t.seconds * 1e3:.1f} ms</td><td>{escape(t.note)}</td></tr>"
+                     for t in events.stage_times)
+    return (f"<table><tr><th>stage</th><th>total</th><th></th></tr>{rows}</table>"
+            f"<details><summary>each step</summary><table>{detail}</table></details>")
+
+
+def _graphs(events: CompileEvents) -> str:
+    if not events.graphs:
+        return _not_recorded(events, "graphs") or "<p>No graph was captured.</p>"
+    texts: dict[int, str] = {}
+    out = ['<p id="drawn-count"></p>']
+    for i, entry in enumerate(events.graphs):
+        key = id(entry.program)
+        if key not in texts:
+            texts[key] = format_program(entry.program)
+        graph = entry.drawn
+        out.append(f'<section class="graph-entry" data-stage="{escape(entry.stage)}"><h3>{escape(entry.title)}</h3>'
+                   f"<p>{len(graph.nodes)} nodes, stage {escape(entry.stage)}</p>"
+                   f'<div class="svgwrap">{graph_svg(graph, f"graph-{i}")}</div>'
+                   f"<details><summary>text form</summary>{_pre(texts[key])}</details></section>")
+    return "".join(out)
+
+
+def _breaks(events: CompileEvents) -> str:
+    head = _not_recorded(events, "graph_breaks")
+    if not events.graph_breaks:
+        return head or "<p>None: every frame was captured.</p>"
+    rows = "".join(f"<tr><td>{escape(b.function)}</td><td>{escape(f'{b.file}:{b.line}' if b.file else '?')}</td>"
+                   f"<td><code>{escape(b.source_line or '')}</code></td><td>{_pre(b.reason)}</td></tr>"
+                   for b in events.graph_breaks)
+    return head + f"<table><tr><th>function</th><th>where</th><th>source line</th><th>reason</th></tr>{rows}</table>"
+
+
+def _guards(events: CompileEvents) -> str:
+    if not events.guards:
+        return _not_recorded(events, "guards") or "<p>No guards.</p>"
+    return "".join(f"<h3>{escape(g.function)}, cache entry {g.entry}</h3>{_pre(g.text)}" for g in events.guards)
+
+
+def _recompiles(events: CompileEvents) -> str:
+    head = _not_recorded(events, "recompiles")
+    if not events.recompiles:
+        return head or "<p>None.</p>"
+    rows = "".join(f"<tr><td>{escape(r.function)}</td><td>{r.entry}</td><td>{escape(r.reason)}</td></tr>"
+                   for r in events.recompiles)
+    return head + f"<table><tr><th>function</th><th>entry</th><th>reason</th></tr>{rows}</table>"
+
+
+def _kernels(events: CompileEvents) -> str:
+    if not events.kernels:
+        return _not_recorded(events, "kernels") or "<p>No kernel was generated.</p>"
+    return "".join(f'<details class="kernel"><summary>{escape(k.graph)}: <code>{escape(k.name)}</code> '
+                   f"({escape(k.language)}, {k.source.count(chr(10)) + 1} lines)</summary>{_pre(k.source)}</details>"
+                   for k in events.kernels)
+
+
+def _schedules(events: CompileEvents) -> str:
+    if not events.schedules:
+        return _not_recorded(events, "schedules") or "<p>No loop schedule was made.</p>"
+    return "".join(f"<h3>{escape(title)}</h3>{_pre(text)}" for title, text in events.schedules)
+
+
+def _notes(events: CompileEvents) -> str:
+    return "".join(f"<p>{escape(n)}</p>" for n in events.notes) or "<p>None.</p>"
+
+
+_RENDER = {"times": _times, "graphs": _graphs, "graph-breaks": _breaks, "guards": _guards,
+           "recompiles": _recompiles, "kernels": _kernels, "schedules": _schedules, "notes": _notes}
+
+
+def render(events: CompileEvents) -> str:
+    """The whole page as a string."""
+    body = "".join(f'<h2 id="{sid}">{escape(title)}</h2>{_RENDER[sid](events)}' for sid, title in SECTIONS)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(events.title)}</title>'
+            f"<style>{_CSS}</style></head><body><h1>{escape(events.title)}</h1><nav id=\"toc\"></nav>"
+            f"{body}<script>{_SCRIPT}</script></body></html>\n")
