@@ -58,3 +58,11 @@ def test_index_inside_one_period_folds():
     assert exprs.simplify(exprs.Mod(31 - i1, 8), {"i1": 8}) == 7 - i1
     assert exprs.simplify(exprs.FloorDiv(31 - i1, 8), {"i1": 8}) == 3
     assert exprs.simplify(exprs.Mod(31 - i1, 8), {"i1": 9}) != 7 - i1  # crosses a period
+
+
+def test_split_and_joined_loops_compare_equal():
+    x0, r0 = exprs.symbol("x0"), exprs.symbol("r0")
+    split = 24 * exprs.FloorDiv(x0, 3) + 8 * exprs.Mod(x0, 3) + r0
+    assert exprs.equal(split, 8 * x0 + r0)
+    assert not exprs.equal(split, 8 * x0 + r0 + 1)
+    assert not exprs.equal(24 * exprs.FloorDiv(x0, 3) + 4 * exprs.Mod(x0, 3), 8 * x0)

@@ -48,7 +48,11 @@ def symbolic_program():
 
 
 def test_symbolic_sizes_flow_through_lowering_and_scheduling():
+    from fireclay_ir import dumps, loads
+    from fireclay_loops import from_program, to_program
+
     s = schedule(lower(symbolic_program()))
+    assert str(from_program(loads(dumps(to_program(s))))) == str(s)
     text = str(s)
     assert "def kernel0(x0 < s1, r0 < s0):  # reduction" in text
     assert "buf" in text and "float32[2*s1]" in text
@@ -64,6 +68,7 @@ def test_symbolic_program_runs_for_several_sizes():
         x, y = torch.randn(n, m), torch.randn(m)
         got = run(s, x, y)
         torch.testing.assert_close(got[0], torch.cat([(x + y).exp().sum(0), y]))
+        assert got[1] == n
 
 
 def test_symbolic_buffers_are_reused_by_symbolic_size():

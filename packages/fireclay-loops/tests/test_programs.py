@@ -103,7 +103,15 @@ def max_with_indices_and_epilogue(b, g):
     return (b.call("sub.Tensor", x, v), i)
 
 
-PROGRAMS = [mlp, attention, residual_layer_norm, rms_norm, cross_entropy, embedding_then_norm,
+def views_around_layer_norm(b, g):
+    x, r, w, bias = (b.input(t) for t in (g((2, 3, 8)), g((2, 3, 8)), g((8,)), g((8,))))
+    v = b.call("view.default", b.call("add.Tensor", x, r), [6, 8])
+    out, _, _ = b.call("native_layer_norm.default", v, [8], w, bias, 1e-5)
+    e = b.call("exp.default", b.call("view.default", b.input(g((6, 8))), [2, 3, 8]))
+    return (b.call("relu.default", b.call("view.default", out, [2, 3, 8])), b.call("sum.dim_IntList", e, [2]))
+
+
+PROGRAMS = [views_around_layer_norm, mlp, attention, residual_layer_norm, rms_norm, cross_entropy, embedding_then_norm,
             transpose_reshape_chain, conv_relu_pool, cat_pad_slice, shared_input_reductions,
             int_and_bool_mix, max_with_indices_and_epilogue]
 

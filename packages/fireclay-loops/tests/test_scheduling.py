@@ -247,3 +247,41 @@ def test_a_transformer_like_stack_gives_one_kernel_per_layer_norm_block():
     # per layer: layer norm (one kernel), mm (extern), gelu + residual add fused into the next
     # layer norm's kernel; the last gelu + add is a kernel of its own
     assert len(s.kernels) == 25 and len(s.extern_calls) == 24
+
+
+def test_fusion_sees_through_views_that_split_or_join_loops():
+    # add on [2, 3, 8], view as [6, 8], layer norm, view back, relu: one kernel; the add and
+    # the relu run over the reduction's loops with x0 split into (x0 // 3, x0 % 3).
+    h = Hand()
+    x, r, w, b = h.input("x", 2, 3, 8), h.input("r", 2, 3, 8), h.input("w", 8), h.input("b", 8)
+    a = h.op("add.Tensor", x, r, out=t(2, 3, 8))
+    v = h.op("view.default", a, [6, 8], out=t(6, 8))
+    y = layer_norm_decomposed(h, v, w, b, 6, 8)
+    o = h.op("relu.default", h.op("view.default", y, [2, 3, 8], out=t(2, 3, 8)), out=t(2, 3, 8))
+    s, k, _ = kernels(h.program(o))
+    assert k == 1
+    assert "load(in_x, r0 + 24*FloorDiv(x0, 3) + 8*(Mod(x0, 3)))" in str(s)
+
+
+def test_joined_loops_feed_a_reduction_over_split_ones():
+    # exp over [6, 8] read by a sum over the last dim of its [2, 3, 8] view
+    h = Hand()
+    x = h.input("x", 6, 8)
+    e = h.op("exp.default", x, out=t(6, 8))
+    v = h.op("view.default", e, [2, 3, 8], out=t(2, 3, 8))
+    s, k, _ = kernels(h.program(h.op("sum.dim_IntList", v, [2], out=t(2, 3))))
+    assert k == 1
+    assert s.kernels[0].internal == {"buf0"}
+
+
+def test_chains_of_recomputed_producers():
+    # tanh -> flip -> tanh -> flip: the second tanh is recomputed in its consumer after the
+    # first was recomputed in it (found by the random-program test)
+    h = Hand()
+    x = h.input("x", 4, 6)
+    a = h.op("tanh.default", x, out=t(4, 6))
+    b = h.op("tanh.default", h.op("flip.default", a, [0], out=t(4, 6)), out=t(4, 6))
+    c = h.op("tanh.default", h.op("flip.default", b, [0], out=t(4, 6)), out=t(4, 6))
+    s, k, _ = kernels(h.program(c))
+    assert k == 1
+    assert "load(in_x, 6*x0 + x1)" in str(s)  # flipped twice: back where it started

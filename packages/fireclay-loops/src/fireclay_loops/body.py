@@ -95,6 +95,11 @@ class BodyRecorder:
         self._var_sizes = {v.name: n for v, n in zip(body.vars + body.reduction_vars,
                                                      body.sizes + body.reduction_sizes)}
 
+    @property
+    def var_sizes(self) -> dict:
+        """Range of every symbol an index may use here: loop variables and indirect indices."""
+        return self._var_sizes
+
     def _simplify(self, index) -> sympy.Expr:
         return exprs.simplify(index, self._var_sizes)
 
@@ -141,6 +146,7 @@ class BodyRecorder:
         self._dtype(value)
         name = name or self._fresh("ind")
         self._add("indirect_indexing", (value, exprs.as_expr(size), name), "int64")
+        self._var_sizes[name] = exprs.as_expr(size)  # lowerings guarantee 0 <= value < size
         return exprs.symbol(name)
 
     def reduction(self, dtype: str, src_dtype: str, reduction_type: str, value: BodyValue) -> BodyValue:

@@ -6,6 +6,7 @@ variable                           meaning                                      
 ``FIRECLAY_LOOPS_FUSION``          fuse loop nodes into kernels (0 turns off)    1
 ``FIRECLAY_LOOPS_FUSION_ROUNDS``   most rounds of greedy fusion                  16
 ``FIRECLAY_LOOPS_PERMUTE_RANK``    highest rank whose loop orders are tried      5
+``FIRECLAY_LOOPS_INLINE_OPS``      longest producer body recomputed in consumers 24
 ``FIRECLAY_LOOPS_VERIFY``          verify every schedule (0 skips the check)     1
 =================================  ============================================  =======
 """
@@ -31,6 +32,7 @@ class Config:
     fusion: bool = True
     max_fusion_rounds: int = 16
     max_permutation_rank: int = 5
+    max_inline_ops: int = 24
     verify: bool = True
 
     @classmethod
@@ -39,6 +41,7 @@ class Config:
             fusion=bool(_env_int("FIRECLAY_LOOPS_FUSION", 1)),
             max_fusion_rounds=_env_int("FIRECLAY_LOOPS_FUSION_ROUNDS", 16),
             max_permutation_rank=_env_int("FIRECLAY_LOOPS_PERMUTE_RANK", 5),
+            max_inline_ops=_env_int("FIRECLAY_LOOPS_INLINE_OPS", 24),
             verify=bool(_env_int("FIRECLAY_LOOPS_VERIFY", 1)),
         )
 

@@ -188,7 +188,8 @@ def to_program(scheduled: ScheduledProgram) -> Program:
                 "kwarg_values": [extern_arg(v) for v in step.kwargs.values()],
                 "writes": [values[b] for b in step.outputs],
             }, meta={"loops.meta": step.meta})
-    main.set_outputs([values[o] if isinstance(o, str) else o.value for o in prog.outputs])
+    main.set_outputs([values[o] if isinstance(o, str) else _sym(o.value) if isinstance(o.value, sympy.Basic)
+                      else o.value for o in prog.outputs])
     program.metadata = {
         "loops.seed": prog.seed, "loops.donated": sorted(prog.donated),
         "loops.decisions": [vars(d) for d in scheduled.decisions],
@@ -283,7 +284,8 @@ def from_program(program: Program) -> ScheduledProgram:
             steps.append(ext)
         else:
             raise IRError(f"the loops call list cannot hold {n.op}")
-    outs = [names[o] if isinstance(o, Value) else Constant(o) for o in main.outputs]
+    outs = [names[o] if isinstance(o, Value) else Constant(exprs.parse(o.expr) if isinstance(o, SymExpr) else o)
+            for o in main.outputs]
     lp.nodes.append(OutputBufferNode("output", outs))
     decisions = [Decision(**d) for d in program.metadata.get("loops.decisions", [])]
     return ScheduledProgram(lp, steps, plan_memory(lp, steps), decisions)

@@ -90,7 +90,31 @@ def _fold_periods(e: Expr, ranges) -> Expr:
 
 def equal(a: Any, b: Any) -> bool:
     """Whether two index expressions are provably equal."""
-    return sympy.expand(as_expr(a) - as_expr(b)) == 0
+    diff = sympy.expand(as_expr(a) - as_expr(b))
+    if diff == 0:
+        return True
+    return diff.has(FloorDiv, Mod) and _recombine(diff) == 0
+
+
+def _recombine(e: Expr) -> Expr:
+    """Rewrite ``c*d*FloorDiv(a, d) + c*Mod(a, d)`` as ``c*a`` (true for every integer ``a``):
+    what splitting a loop into two and joining it back leaves behind."""
+    for _ in range(16):
+        terms = sympy.Add.make_args(e)
+        coeffs: dict = {}
+        for t in terms:
+            c, rest = t.as_coeff_Mul()
+            coeffs[rest] = coeffs.get(rest, 0) + c
+        for m, c in coeffs.items():
+            if isinstance(m, Mod) and m.args[1].is_Integer:
+                a, d = m.args
+                fd = FloorDiv(a, d)
+                if coeffs.get(fd, 0) == c * d:
+                    e = sympy.expand(e - c * m - c * d * fd + c * a)
+                    break
+        else:
+            return e
+    return e
 
 
 def to_static(e: Any) -> int | None:

@@ -17,9 +17,8 @@ import sympy
 
 from fireclay_loops import exprs
 from fireclay_loops.body import BodyRecorder, LoopBody
+from fireclay_loops.config import config
 from fireclay_loops.ir import ComputeNode, LoopProgram
-
-MAX_INLINE_OPS = 24  # producers longer than this are stored rather than recomputed
 
 
 def _producer_vars(p: ComputeNode) -> list[tuple[sympy.Symbol, sympy.Expr, sympy.Expr]] | None:
@@ -40,11 +39,10 @@ def _producer_vars(p: ComputeNode) -> list[tuple[sympy.Symbol, sympy.Expr, sympy
 class _Inliner:
     """Forwards a consumer's ops to a recorder, replacing loads of ``buffer`` by the producer."""
 
-    def __init__(self, recorder: BodyRecorder, producer: ComputeNode, buffer: str, var_sizes: dict, tag: str):
+    def __init__(self, recorder: BodyRecorder, producer: ComputeNode, buffer: str, tag: str):
         self.recorder = recorder
         self.producer = producer
         self.buffer = buffer
-        self.var_sizes = var_sizes
         self.tag = tag
         self.count = 0
 
@@ -66,7 +64,7 @@ class _Inliner:
     def _inline(self, index, mask) -> Any:
         subs: dict = {}
         for v, stride, size in _producer_vars(self.producer):
-            subs[v] = exprs.simplify(exprs.modular_indexing(index, stride, size), self.var_sizes)
+            subs[v] = exprs.simplify(exprs.modular_indexing(index, stride, size), self.recorder.var_sizes)
         self.count += 1
         replay = _Replay(self.recorder, mask, subs, f"{self.tag}_{self.count}")
         self.producer.body.run(replay, subs)
@@ -108,8 +106,7 @@ def inline_into(consumer: ComputeNode, producer: ComputeNode, buffer: str, progr
     old = consumer.body
     body = LoopBody(old.sizes, old.reduction_sizes)
     recorder = BodyRecorder(body, lambda b: program.buffers[b].dtype)
-    var_sizes = {v.name: n for v, n in zip(body.vars + body.reduction_vars, body.sizes + body.reduction_sizes)}
-    old.run(_Inliner(recorder, producer, buffer, var_sizes, f"{producer.name}_{consumer.name}"))
+    old.run(_Inliner(recorder, producer, buffer, f"{producer.name}_{consumer.name}"))
     meta = dict(consumer.meta)
     meta["origins"] = list(consumer.meta.get("origins", [])) + [
         f"(recomputed) {o}" for o in producer.meta.get("origins", [])]
@@ -124,7 +121,7 @@ def _outer_loops_of(p: ComputeNode, r: ComputeNode) -> bool:
 
 
 def can_inline(p: ComputeNode, outputs: set[str]) -> bool:
-    if p.kind != "pointwise" or len(p.body.ops) > MAX_INLINE_OPS:
+    if p.kind != "pointwise" or len(p.body.ops) > config.max_inline_ops:  # longer ones are stored
         return False
     writes = p.body.writes()
     return len(writes) == 1 and writes[0][0] not in outputs and _producer_vars(p) is not None
@@ -138,7 +135,9 @@ def inline_pointwise(program: LoopProgram, decisions: list) -> LoopProgram:
     nodes = list(program.nodes)
     position = {n.name: k for k, n in enumerate(nodes)}
     outputs = program.output_buffers()
-    for p in list(nodes):
+    for name in [n.name for n in nodes]:
+        # look the node up again: an earlier inlining may have replaced it by a new version
+        p = next(n for n in nodes if n.name == name)
         if not isinstance(p, ComputeNode) or not can_inline(p, outputs):
             continue
         buf = p.body.writes()[0][0]

@@ -170,7 +170,8 @@ class OutputBufferNode(LoopNode):
 
 @dataclass(frozen=True)
 class Constant:
-    """A Python scalar the program returns as is."""
+    """A scalar the program returns: a Python number, or a sympy expression over size symbols
+    (``sym_size`` of a dynamic dimension) evaluated when the program runs."""
 
     value: Any
 

@@ -3,8 +3,10 @@
 A :class:`Kernel` runs over an iteration space of outer variables ``x0, x1, ...`` (sizes
 ``xsizes``, their product is the pointwise numel) and reduction variables ``r0, ...`` (sizes
 ``rsizes``, the reduction numel; empty for a pointwise kernel). It holds loop nodes in order;
-each :class:`KernelNode` maps its body's own variables to kernel variables (``var_map``), so
-``node.body.run(handler, kn.var_map)`` replays it in kernel space. ``stage`` numbers the
+each :class:`KernelNode` maps its body's own variables to expressions over kernel variables
+(``var_map``: usually a kernel variable, a ``FloorDiv``/``Mod`` digit of one when the node's
+loops are a view of the kernel's), so ``node.body.run(handler, kn.var_map)`` replays it in
+kernel space. ``stage`` numbers the
 reduction loops a looped-reduction code generator needs: a node reading a reduction result of
 its own kernel runs in a later loop over ``r`` than that reduction. Buffers in ``internal`` are
 written and read only inside the kernel, at the same index: they never reach memory.

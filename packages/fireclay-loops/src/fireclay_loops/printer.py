@@ -6,6 +6,7 @@ variables; each node is headed by the aten ops it came from.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import sympy
@@ -22,6 +23,11 @@ from fireclay_loops.ir import (
     TensorArg,
 )
 from fireclay_loops.kernel import Kernel
+
+
+def natural(names) -> list[str]:
+    """Names in human order: buf2 before buf10."""
+    return sorted(names, key=lambda n: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n)])
 
 
 def _dims(ds) -> str:
@@ -113,7 +119,7 @@ def format_kernel(k: Kernel) -> list[str]:
     ranges = [f"{v} < {exprs.to_str(s)}" for v, s in zip(k.xvars + k.rvars, k.xsizes + k.rsizes)]
     lines = [f"def {k.name}({', '.join(ranges)}):  # {k.kind}"]
     if k.internal:
-        lines.append(f"  # never stored: {', '.join(sorted(k.internal))}")
+        lines.append(f"  # never stored: {', '.join(natural(k.internal))}")
     for kn in k.nodes:
         stage = f", loop {kn.stage}" if k.rsizes else ""
         lines.append(f"  # {kn.node.name} ({kn.node.kind}{stage}){_origin(kn.node)}")

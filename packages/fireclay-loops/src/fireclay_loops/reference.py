@@ -291,7 +291,10 @@ class _Runner:
     def outputs(self) -> tuple:
         out = []
         for o in self.prog.outputs:
-            out.append(o.value if isinstance(o, Constant) else self.view(o).clone())
+            if isinstance(o, Constant):
+                out.append(self.value(o.value) if isinstance(o.value, sympy.Basic) else o.value)
+            else:
+                out.append(self.view(o).clone())
         return tuple(out)
 
 

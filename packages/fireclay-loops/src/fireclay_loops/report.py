@@ -60,6 +60,8 @@ class Report:
         self.reuses = list(scheduled.plan.reuses)
 
     def __str__(self) -> str:
+        from fireclay_loops.printer import natural
+
         s = self.scheduled
         lines = [f"kernels: {self.kernel_count}, extern calls: {self.extern_count}, "
                  f"fallbacks: {self.fallback_count}",
@@ -68,7 +70,7 @@ class Report:
             if isinstance(step, Kernel):
                 what = f"{step.kind} kernel over " + ", ".join(kn.node.name for kn in step.nodes)
                 if step.internal:
-                    what += f"; never stored: {', '.join(sorted(step.internal))}"
+                    what += f"; never stored: {', '.join(natural(step.internal))}"
             else:
                 what = f"{step.kind} call {step.op}"
             lines.append(f"  {step.name}: {what} ({s.step_bytes(step)} bytes)")

@@ -2,6 +2,8 @@
 
 Passes, in order (:func:`schedule`):
 
+0. ``inline_pointwise``  — recompute cheap pointwise producers inside consumers that read them
+   at another index (:mod:`fireclay_loops.inline`);
 1. ``initial_groups``    — one candidate kernel per pointwise/reduction node;
 2. ``fuse``              — greedy fusion, best score first, until nothing changes:
    vertical (producer into consumer, pointwise into a reduction's prologue/epilogue) and
@@ -11,7 +13,8 @@ Passes, in order (:func:`schedule`):
    only if memory traffic is saved (the score, in bytes);
 3. ``order_steps``       — topological order of kernels and extern calls;
 4. ``finish_kernels``    — reduction-loop stages and internal (never stored) buffers;
-5. ``plan_memory``       — buffer lifetimes and reuse (:mod:`fireclay_loops.memory`).
+5. ``plan_memory``       — buffer lifetimes and reuse (:mod:`fireclay_loops.memory`);
+6. ``verify_schedule``   — the invariants code generators rely on (:mod:`fireclay_loops.verify`).
 
 Every fusion considered leaves a :class:`Decision` with its reason, for the report.
 """
@@ -130,7 +133,55 @@ def _candidate_maps(base: Group, other: Group) -> list[dict]:
         for perm in itertools.permutations(range(len(full_sizes))):
             if all(exprs.equal(other.xsizes[j], full_sizes[p]) for j, p in enumerate(perm)):
                 maps.append({ox[j]: full_vars[p] for j, p in enumerate(perm)})
+    # The same loops seen through a view ([2, 3, 8] against [6] x r[8]): split or join them.
+    targets = ([(bx, base.xsizes)] if base.rsizes else []) + [(full_vars, full_sizes)]
+    for vars_, sizes in targets:
+        if len(other.xsizes) != len(sizes) or not all(exprs.equal(a, b) for a, b in zip(other.xsizes, sizes)):
+            regrouped = _regrouped_map(other.xsizes, vars_, sizes)
+            if regrouped is not None and regrouped not in maps:
+                maps.append(regrouped)
     return maps
+
+
+def _regroup(small: list, big: list) -> list[tuple[list[int], list[int]]] | None:
+    """Split two static size lists of one numel into consecutive groups of equal products
+    (``[2, 3, 8]`` and ``[6, 8]`` give ``([0, 1], [0]), ([2], [1])``), or None."""
+    a = [exprs.to_static(s) for s in small]
+    b = [exprs.to_static(s) for s in big]
+    if None in a or None in b or not a or not b:
+        return None
+    groups, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        ga, gb, pa, pb = [i], [j], a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb and i < len(a):
+                pa, ga = pa * a[i], ga + [i]
+                i += 1
+            elif pb < pa and j < len(b):
+                pb, gb = pb * b[j], gb + [j]
+                j += 1
+            else:
+                return None
+        groups.append((ga, gb))
+    return groups if i == len(a) and j == len(b) else None
+
+
+def _regrouped_map(other_sizes: list, vars_: list, sizes: list) -> dict | None:
+    """Map a pointwise group's loops onto loops of the same numel shaped differently (a view
+    between them): each of its variables becomes a digit of the matching flat index."""
+    groups = _regroup(other_sizes, sizes)
+    if groups is None:
+        return None
+    ranges = {v.name: n for v, n in zip(vars_, sizes)}
+    ox = [exprs.symbol(f"x{j}") for j in range(len(other_sizes))]
+    mapping = {}
+    for ga, gb in groups:
+        flat = sum((vars_[k] * exprs.product(sizes[k + 1: gb[-1] + 1]) for k in gb), sympy.Integer(0))
+        for k in ga:
+            inner = exprs.product(other_sizes[k + 1: ga[-1] + 1])
+            mapping[ox[k]] = exprs.simplify(exprs.modular_indexing(flat, inner, other_sizes[k]), ranges)
+    return mapping
 
 
 def _remap(group: Group, mapping: dict) -> dict[str, dict]:
@@ -367,9 +418,22 @@ def finish_kernel(name: str, group: Group, program: LoopProgram, readers_outside
     return Kernel(name, nodes, list(group.xsizes), list(group.rsizes), internal)
 
 
+def finish_kernels(program: LoopProgram, steps: list[Group | ExternNode]) -> list[Kernel | ExternNode]:
+    """Each group as a :class:`Kernel` (stages, internal buffers); extern calls as they are."""
+    read_by = {id(s): (s.reads() if isinstance(s, Group) else set(s.read_buffers())) for s in steps}
+    out: list[Kernel | ExternNode] = []
+    for s in steps:
+        if isinstance(s, Group):
+            outside = set().union(*(read_by[id(o)] for o in steps if o is not s))
+            out.append(finish_kernel(f"kernel{len([k for k in out if isinstance(k, Kernel)])}", s, program, outside))
+        else:
+            out.append(s)
+    return out
+
+
 def schedule(program: LoopProgram, *, fusion: bool | None = None):
-    """Fuse, order and plan memory for a lowered program (``fusion`` defaults to
-    ``config.fusion``)."""
+    """Inline, fuse, order, plan memory and verify a lowered program (``fusion`` defaults to
+    ``config.fusion``; without fusion every node is a kernel of its own)."""
     from fireclay_loops.inline import inline_pointwise
     from fireclay_loops.memory import plan_memory
     from fireclay_loops.report import ScheduledProgram
@@ -378,27 +442,14 @@ def schedule(program: LoopProgram, *, fusion: bool | None = None):
     fusing = config.fusion if fusion is None else fusion
     decisions: list[Decision] = []
     if fusing:
-        program = inline_pointwise(program, decisions)
-    state = initial_groups(program)
+        program = inline_pointwise(program, decisions)     # recompute cheap producers
+    state = initial_groups(program)                         # one candidate kernel per node
     state.decisions = decisions
     if fusing:
-        fuse(state)
-    steps = order_steps(state)
-    kernels_and_calls: list[Kernel | ExternNode] = []
-    k = 0
-    for s in steps:
-        if isinstance(s, Group):
-            outside = set()
-            for o in steps:
-                if o is s:
-                    continue
-                outside |= (o.reads() if isinstance(o, Group) else set(o.read_buffers()))
-            kernels_and_calls.append(finish_kernel(f"kernel{k}", s, program, outside))
-            k += 1
-        else:
-            kernels_and_calls.append(s)
-    plan = plan_memory(program, kernels_and_calls)
-    scheduled = ScheduledProgram(program, kernels_and_calls, plan, state.decisions)
+        fuse(state)                                         # vertical and horizontal fusion
+    steps = finish_kernels(program, order_steps(state))     # topological order, kernels
+    plan = plan_memory(program, steps)                      # lifetimes and reuse
+    scheduled = ScheduledProgram(program, steps, plan, state.decisions)
     if config.verify:
-        verify_schedule(scheduled)
+        verify_schedule(scheduled)                          # the schedule's invariants
     return scheduled

@@ -33,9 +33,9 @@ def _check_kernel(k: Kernel, available: set[str], internal: dict[str, str]) -> N
             target = kn.var_map.get(v)
             if target is None:
                 raise _fail(k, f"{kn.node.name}: loop variable {v} is not mapped to the kernel's loops")
-            if target not in kvars:
-                raise _fail(k, f"{kn.node.name}: {v} maps to {target}, which is not a loop of {k.name}")
-            if not exprs.equal(sizes[target], n):
+            if not target.free_symbols <= kvars:
+                raise _fail(k, f"{kn.node.name}: {v} maps to {target}, which is not over the loops of {k.name}")
+            if target in sizes and not exprs.equal(sizes[target], n):
                 raise _fail(k, f"{kn.node.name}: {v} runs to {exprs.to_str(n)} but {target} runs to "
                                f"{exprs.to_str(sizes[target])}")
         for buf, index, _ in kn.reads():

@@ -219,7 +219,7 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = ()) -> Lo
             else:
                 outputs.append(ctx.realize(_as_contiguous_copy(v)).buffer.name)
         elif isinstance(v, sympy.Basic):
-            outputs.append(Constant(int(v) if v.is_Integer else exprs.to_str(v)))
+            outputs.append(Constant(int(v) if v.is_Integer else v))
         else:
             outputs.append(Constant(v))
     ctx.out.nodes.append(OutputBufferNode("output", outputs))
