@@ -260,3 +260,43 @@ def test_adding_a_hook_to_a_submodule_recaptures():
     m.lin.register_forward_hook(lambda mod, inp, out: out * 0)
     torch.testing.assert_close(cf(x), m(x))
     assert (cf.stats.captures, cf.stats.fallbacks) == (1, 1)
+
+
+class Recorder:
+    def __init__(self):
+        self.last = None
+        self.flag = False
+
+
+def test_attribute_writes_are_replayed_after_the_graph():
+    rec = Recorder()
+
+    def f(x, r):
+        y = x.sin()
+        r.last = y  # a tensor produced by the graph
+        r.flag = True
+        r.flag = False  # restored: nothing to replay
+        return y * 2
+
+    cf = capture(f, fullgraph=True)
+    for _ in range(2):
+        x = torch.randn(3)
+        out = cf(x, rec)
+        torch.testing.assert_close(rec.last, x.sin())
+        torch.testing.assert_close(out, x.sin() * 2)
+        assert rec.flag is False
+    assert cf.stats.captures == 1
+    assert len(cf.cache.entries[0].attr_writes) == 1
+
+
+def test_read_after_write_sees_the_written_value():
+    rec = Recorder()
+
+    def f(x, r):
+        r.flag = True
+        return x + 1 if r.flag else x - 1
+
+    cf = capture(f, fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(cf(x, rec), x + 1)
+    assert rec.flag is True

@@ -206,6 +206,37 @@ def integer_ops_on_sizes(x):
     return x.reshape(n * m // 2, -1), n ** 2 % 5, -(-n // 2), n << 1, m >> 1, n & 1, n | 4, n ^ 7
 
 
+class Scale:
+    def __init__(self, factor):
+        self.factor = factor
+        self.active = False
+
+    def __enter__(self):
+        self.active = True
+        return self.factor
+
+    def __exit__(self, *exc):
+        self.active = False
+        return False
+
+
+SCALE_CTX = Scale(3.0)
+
+
+@case(x34)
+def user_context_manager_created_inside(x):
+    with Scale(2.0) as k:
+        y = x * k
+    return y
+
+
+@case(x34)
+def user_context_manager_global(x):
+    with SCALE_CTX as k:
+        y = x * k if SCALE_CTX.active else x
+    return y, SCALE_CTX.active
+
+
 @case(x34)
 def global_tensor_constant(x):
     return x + _GLOBAL_BIAS

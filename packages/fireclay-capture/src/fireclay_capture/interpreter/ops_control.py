@@ -6,6 +6,7 @@ from fireclay_capture.errors import Unsupported
 from fireclay_capture.interpreter.frame import Frame, handler
 from fireclay_capture.variables.base import ConstVar
 from fireclay_capture.variables.functions import ContextExitVar
+from fireclay_capture.variables.objects import NewObjectVar, ObjectVar
 
 
 @handler("JUMP_FORWARD", "JUMP_BACKWARD", "JUMP_BACKWARD_NO_INTERRUPT", "JUMP", "JUMP_NO_INTERRUPT",
@@ -90,6 +91,13 @@ def yield_value(frame: Frame, inst) -> None:
 def before_with(frame: Frame, inst) -> None:
     ctx = frame.pop()
     enter = getattr(ctx, "enter", None)
+    if enter is None and isinstance(ctx, (ObjectVar, NewObjectVar)):
+        # A user context manager: its __enter__ and __exit__ are inlined like any method.
+        exit_method = ctx.getattr(frame.tx, "__exit__")
+        entered = ctx.getattr(frame.tx, "__enter__").call(frame.tx, [], {})
+        frame.push(exit_method)
+        frame.push(entered)
+        return
     if enter is None:
         raise Unsupported(f"`with` on {ctx}; only torch.no_grad(), torch.enable_grad(), "
                           "torch.set_grad_enabled() and nullcontext() are supported")
