@@ -55,7 +55,7 @@ def test_op_gradcheck_float64(case):
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_op_through_fireclay_ir_interpreter(case):
     """The forward and backward Programs run on fireclay-ir's reference interpreter too."""
-    from fireclay_autograd.api import ir_interpreter_backend
+    from fireclay_autograd import ir_interpreter_backend
 
     torch.manual_seed(hash(case.name) % 1000 + 3)
     check_against_eager(case.fn, case.make(torch.float32), grad=case.grad, atol=1e-4, rtol=1e-4,

@@ -24,7 +24,9 @@ from fireclay_autograd.api import (  # noqa: E402
     aot_backend,
     aot_graphs,
     compile_program,
+    dynamo_backend,
     interpreter_backend,
+    ir_interpreter_backend,
     trace_to_aten,
 )
 from fireclay_autograd.core_ops import CORE_OPS, is_core  # noqa: E402
@@ -35,6 +37,6 @@ from fireclay_autograd.tracer import AtenTracer, TracingError  # noqa: E402
 
 __all__ = [
     "AOTGraphs", "AtenTracer", "CORE_OPS", "CompiledProgram", "DoubleBackwardError", "Partition",
-    "SavedTensor", "TracingError", "aot_backend", "aot_graphs", "compile_program", "functionalize",
-    "interpreter_backend", "is_core", "is_recomputable", "partition", "trace_to_aten",
+    "SavedTensor", "TracingError", "aot_backend", "aot_graphs", "compile_program", "dynamo_backend", "functionalize",
+    "interpreter_backend", "ir_interpreter_backend", "is_core", "is_recomputable", "partition", "trace_to_aten",
 ]

@@ -233,3 +233,18 @@ def aot_backend(fw_compiler: Backend | None = None, bw_compiler: Backend | None 
                                partitioner=partitioner)
 
     return backend
+
+
+def dynamo_backend(fw_compiler: Backend | None = None, bw_compiler: Backend | None = None, *,
+                   partitioner: str = "min_cut") -> Callable[[Any, list[torch.Tensor]], Callable[..., Any]]:
+    """A TorchDynamo backend (``torch.compile(model, backend=dynamo_backend())``): the fx graph
+    becomes a torch-dialect Program through fireclay-ir's fx interop, then runs this stage."""
+    from fireclay_ir import from_fx
+
+    def backend(graph_module: Any, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        program = from_fx(graph_module, example_inputs)
+        compiled = compile_program(program, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                                   partitioner=partitioner)
+        return lambda *args: compiled(*args)
+
+    return backend

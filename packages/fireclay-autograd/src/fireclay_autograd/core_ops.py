@@ -26,6 +26,10 @@ KEPT_ON_PURPOSE: tuple[str, ...] = (
     # probabilities where the backward op expects the log-sum-exp, so it must not be split.
     "aten::_scaled_dot_product_flash_attention_for_cpu.default",
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default",
+    "aten::_scaled_dot_product_efficient_attention.default",
+    "aten::_scaled_dot_product_efficient_attention_backward.default",
+    "aten::_scaled_dot_product_flash_attention.default",
+    "aten::_scaled_dot_product_flash_attention_backward.default",
 )
 
 CORE_OPS: frozenset[str] = frozenset(core_ops()) | frozenset(KEPT_ON_PURPOSE)

@@ -105,10 +105,6 @@ class _Alias:
         self.base, self.chain, self.value, self.version = base, chain, value, version
 
 
-def alias_rank(v: Value) -> tuple:
-    return v.meta.shape
-
-
 class _Functionalizer:
     def __init__(self, source: Graph, regenerate_aliases: bool = True):
         self.source = source
@@ -270,7 +266,8 @@ class _Functionalizer:
         targets = [self._written_arg(node, overload, i) for i in writes]
         if name in _METADATA_MUTATIONS:
             alias = self.env[targets[0]]
-            args = [list(range(len(alias_rank(node.args[0]))))[::-1]] if name == "t_" else list(node.args[1:])
+            rank = len(node.args[0].meta.shape)
+            args = [list(range(rank))[::-1]] if name == "t_" else list(node.args[1:])
             step = ViewStep(_METADATA_MUTATIONS[name], tuple(args), tuple(sorted(node.kwargs.items())))
             value = self.emit1(step.op, self.read(alias), *step.args, **dict(step.kwargs))
             rebound = _Alias(alias.base, alias.chain + (step,), value, alias.base.version)

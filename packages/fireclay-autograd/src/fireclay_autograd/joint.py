@@ -89,7 +89,7 @@ def _output_values(tracer: AtenTracer, outs: list[Any]) -> list[Any]:
         if isinstance(o, FakeTensor):
             values.append(o.value)
         elif isinstance(o, torch.Tensor):
-            values.append(tracer._lift(o).value)
+            values.append(tracer.lift_constant(o).value)
         elif o is None or isinstance(o, (bool, int, float, str)):
             values.append(o)
         else:

@@ -105,7 +105,8 @@ class AtenTracer(TorchDispatchMode):
             target.copy_(result)
         return target
 
-    def _lift(self, t: torch.Tensor) -> FakeTensor:
+    def lift_constant(self, t: torch.Tensor) -> FakeTensor:
+        """The fake standing for real tensor ``t``, which becomes a ``constant`` graph input."""
         fake = self._constant_fakes.get(id(t))
         if fake is None:
             name = f"_const{len(self.constants)}"
@@ -117,7 +118,7 @@ class AtenTracer(TorchDispatchMode):
 
     def _record(self, func, args, kwargs):
         name = op_name(func)
-        lift = lambda x: self._lift(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x  # noqa: E731
+        lift = lambda x: self.lift_constant(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x  # noqa: E731
         args = pytree.tree_map(lift, args)
         kwargs = pytree.tree_map(lift, kwargs)
         if torch.Tag.data_dependent_output in func.tags:
