@@ -1,0 +1,51 @@
+"""fireclay-cpp's settings, each with its environment variable.
+
+* ``FIRECLAY_CACHE_DIR``: the on-disk cache of compiled libraries (default
+  ``<tempdir>/fireclay-cache-<user>``; the C++ libraries go in its ``cpp/`` folder);
+* ``FIRECLAY_CXX`` (else ``CXX``): the C++ compiler (default ``g++``);
+* ``FIRECLAY_CPP_FLAGS``: extra compiler flags, appended to the defaults;
+* ``FIRECLAY_CPP_THREADS``: the number of threads kernels are planned for (default: CPU count).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno",
+                 "-w")
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in some containers
+        return str(os.getuid()) if hasattr(os, "getuid") else "user"
+
+
+@dataclass
+class Config:
+    cache_dir: str | None = None  # None: read FIRECLAY_CACHE_DIR at use
+    compiler: str | None = None  # None: FIRECLAY_CXX, CXX, then g++
+    extra_flags: list[str] = field(default_factory=list)
+    threads: int | None = None
+
+    def resolved_cache_dir(self) -> str:
+        base = self.cache_dir or os.environ.get("FIRECLAY_CACHE_DIR") or os.path.join(
+            tempfile.gettempdir(), f"fireclay-cache-{_user()}")
+        return os.path.join(base, "cpp")
+
+    def resolved_compiler(self) -> str:
+        return self.compiler or os.environ.get("FIRECLAY_CXX") or os.environ.get("CXX") or "g++"
+
+    def flags(self) -> list[str]:
+        return list(DEFAULT_FLAGS) + list(self.extra_flags) + os.environ.get("FIRECLAY_CPP_FLAGS", "").split()
+
+    def resolved_threads(self) -> int:
+        env = os.environ.get("FIRECLAY_CPP_THREADS")
+        return self.threads or (int(env) if env else (os.cpu_count() or 1))
+
+
+config = Config()

@@ -1,0 +1,503 @@
+"""One scheduled kernel as one ``extern "C"`` C++ function.
+
+Each node body is replayed (``LoopBody.run``) on :class:`_CValues`, a handler that turns every
+``ops.*`` call into a :class:`_Val`: a C++ expression with its dependencies. Placement comes
+after: a value is declared, on demand, in the scope that first needs it:
+
+* the *outer* scope runs once per point of the outer (``x``) loops: pointwise nodes that do not
+  touch a reduction variable, and everything after a reduction loop (its epilogue);
+* the *loop* scope is the body of a reduction loop (``r``): what feeds an accumulator, and
+  pointwise nodes indexed by ``r``.
+
+A kernel's nodes run in stages (``KernelNode.stage``): one reduction loop per stage, so a node
+reading a reduction result of its own kernel runs in a later loop over ``r``.
+
+Parallelism: the outer loops are an OpenMP ``parallel for`` (all but the innermost for pointwise
+kernels, so the innermost stays a plain loop the compiler vectorises). When there are few outer
+points and a long reduction, the reduction loop itself is split over threads instead, with
+per-thread accumulators merged in thread order (deterministic for a given thread count).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import sympy
+
+from fireclay_cpp.errors import CodegenError
+from fireclay_cpp.prelude import CTYPES
+from fireclay_loops import Kernel
+from fireclay_shapes import ValueRange, cpp_code
+
+PARALLEL_MIN_WORK = 16384  # points of work below which the OpenMP fork costs more than it saves
+SPLIT_REDUCTION_MIN = 4096  # reduction length from which a lone reduction is split over threads
+
+_UNBOUNDED = ValueRange()
+_NONNEG = ValueRange(0, math.inf)
+
+
+def ctype(dtype: str) -> str:
+    """The C++ type values of ``dtype`` are computed in."""
+    if dtype not in CTYPES:
+        raise CodegenError(f"the C++ backend has no support for dtype {dtype}")
+    return CTYPES[dtype][1]
+
+
+def storage_type(dtype: str) -> str:
+    if dtype not in CTYPES:
+        raise CodegenError(f"the C++ backend has no support for dtype {dtype}")
+    return CTYPES[dtype][0]
+
+
+@dataclass(eq=False)
+class _Val:
+    """A C++ value: ``decl`` is the statement that defines ``name`` (or performs a side effect)."""
+
+    name: str
+    decl: str
+    deps: list[_Val] = field(default_factory=list)
+    ctype: str = ""
+    acc: _Acc | None = None  # set on reduction values: they live in an accumulator
+
+
+@dataclass(eq=False)
+class _Acc:
+    name: str
+    decl_type: str
+    add_stmt: _Val | None = None
+
+
+_UNARY_CALL = {
+    "exp": "fc_exp", "exp2": "fc_exp2", "expm1": "fc_expm1", "log": "fc_log", "log2": "fc_log2",
+    "log10": "fc_log10", "log1p": "fc_log1p", "sqrt": "fc_sqrt", "sin": "fc_sin", "cos": "fc_cos",
+    "tan": "fc_tan", "asin": "fc_asin", "acos": "fc_acos", "atan": "fc_atan", "sinh": "fc_sinh",
+    "cosh": "fc_cosh", "tanh": "fc_tanh", "asinh": "fc_asinh", "acosh": "fc_acosh",
+    "atanh": "fc_atanh", "erf": "fc_erf", "erfc": "fc_erfc", "floor": "fc_floor", "ceil": "fc_ceil",
+    "round": "fc_nearbyint", "trunc": "fc_trunc", "lgamma": "fc_lgamma",
+}
+_UNARY_TEMPLATE = {
+    "neg": "-({a})", "rsqrt": "{T}(1) / fc_sqrt({a})", "reciprocal": "{T}(1) / ({a})",
+    "square": "({a}) * ({a})", "frac": "({a}) - fc_trunc({a})", "sigmoid": "fc_sigmoid<{T}>({a})",
+    "relu": "fc_relu<{T}>({a})", "sign": "fc_sign<{T}>({a})", "abs": "fc_abs<{T}>({a})",
+    "logical_not": "!({a})", "isnan": "fc_isnan({a})", "isinf": "fc_isinf({a})",
+}
+_BINARY_TEMPLATE = {
+    "add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "truediv": "{a} / {b}",
+    "floordiv": "fc_floordiv_v<{T}>({a}, {b})", "remainder": "fc_remainder<{T}>({a}, {b})",
+    "fmod": "fc_fmod<{T}>({a}, {b})", "pow": "fc_pow<{T}>({a}, {b})", "maximum": "fc_maximum<{T}>({a}, {b})",
+    "minimum": "fc_minimum<{T}>({a}, {b})", "atan2": "fc_atan2(({T})({a}), ({T})({b}))",
+    "copysign": "fc_copysign(({T})({a}), ({T})({b}))",
+    "eq": "{a} == {b}", "ne": "{a} != {b}", "lt": "{a} < {b}", "le": "{a} <= {b}", "gt": "{a} > {b}",
+    "ge": "{a} >= {b}", "logical_and": "({a} != 0) && ({b} != 0)", "logical_or": "({a} != 0) || ({b} != 0)",
+    "logical_xor": "({a} != 0) != ({b} != 0)", "bitwise_and": "{a} & {b}", "bitwise_or": "{a} | {b}",
+    "bitwise_xor": "{a} ^ {b}",
+}
+
+
+def _float_literal(v: float) -> str:
+    if math.isnan(v):
+        return "FC_NAN"
+    if math.isinf(v):
+        return ("-" if v < 0 else "") + "FC_INF"
+    return repr(float(v))
+
+
+def _int_literal(v: int) -> str:
+    if v == -(2**63):
+        return "(-9223372036854775807LL - 1)"
+    return f"{v}LL" if abs(v) >= 2**31 else str(v)
+
+
+class _CValues:
+    """The ``ops`` handler: builds :class:`_Val` graphs for one node body."""
+
+    def __init__(self, gen: _KernelGen, prefix: str, ridx: str):
+        self.gen = gen
+        self.prefix = prefix
+        self.ridx = ridx  # the flat reduction index of this node (argmax/argmin positions)
+        self.count = 0
+
+    def _val(self, expr: str, ctype_: str, deps: list[_Val]) -> _Val:
+        name = f"{self.prefix}t{self.count}"
+        self.count += 1
+        return _Val(name, f"{ctype_} {name} = {expr};", deps, ctype_)
+
+    def _index(self, index) -> tuple[str, list[_Val]]:
+        return self.gen.index(index), self.gen.indirect_deps(index)
+
+    # memory
+    def load(self, buf, index):
+        if buf in self.gen.kernel.internal:
+            store = self.gen.internal_store(buf)
+            return self._val(f"int_{buf}", store.ctype, [store])
+        text, deps = self._index(index)
+        dtype = self.gen.buffer_dtype(buf)
+        self.gen.use_buffer(buf, write=False)
+        return self._val(_widen(dtype, f"{buf}[{text}]"), ctype(dtype), deps)
+
+    def masked_load(self, buf, index, mask):
+        if buf in self.gen.kernel.internal:
+            store = self.gen.internal_store(buf)
+            return self._val(f"{mask.name} ? int_{buf} : {store.ctype}(0)", store.ctype, [store, mask])
+        text, deps = self._index(index)
+        dtype = self.gen.buffer_dtype(buf)
+        self.gen.use_buffer(buf, write=False)
+        t = ctype(dtype)
+        return self._val(f"{mask.name} ? ({t})({_widen(dtype, f'{buf}[{text}]')}) : {t}(0)", t, deps + [mask])
+
+    def store(self, buf, index, value):
+        dtype = self.gen.buffer_dtype(buf)
+        if buf in self.gen.kernel.internal:
+            # Round as a trip through memory would, so fused half-precision code matches eager.
+            t = ctype(dtype)
+            v = _round_half(dtype, f"({t})({value.name})")
+            val = _Val(f"int_{buf}", f"{t} int_{buf} = {v};", [value], t)
+            self.gen.internal_stores[buf] = val
+            self.gen.roots.append(val)
+            return None
+        text, deps = self._index(index)
+        self.gen.use_buffer(buf, write=True)
+        stmt = _Val(f"{self.prefix}st{self.count}", f"{buf}[{text}] = {_narrow(dtype, value.name)};",
+                    deps + [value])
+        self.count += 1
+        self.gen.roots.append(stmt)
+        return None
+
+    store_reduction = store
+
+    # values
+    def constant(self, value, dtype):
+        t = ctype(dtype)
+        if dtype == "bool":
+            return self._val("true" if value else "false", t, [])
+        if dtype.startswith(("float", "bfloat")):
+            return self._val(f"({t})({_float_literal(float(value))})", t, [])
+        return self._val(f"({t})({_int_literal(int(value))})", t, [])
+
+    def index_expr(self, expr, dtype):
+        text, deps = self._index(expr)
+        t = ctype(dtype)
+        return self._val(f"({t})({text})", t, deps)
+
+    def to_dtype(self, x, dtype):
+        t = ctype(dtype)
+        return self._val(_round_half(dtype, f"({t})({x.name})"), t, [x])
+
+    def random(self, kind, seed, offset):
+        text, deps = self._index(offset)
+        fn = "fc_rand" if kind == "rand" else "fc_randn"
+        return self._val(f"{fn}((uint64_t){int(seed)}ULL, {text})", "float", deps)
+
+    def indirect_indexing(self, value, size, name):
+        val = _Val(name, f"int64_t {name} = (int64_t)({value.name});", [value], "int64_t")
+        self.gen.indirect[name] = val
+        return None
+
+    def reduction(self, dtype, src_dtype, reduction_type, value):
+        t = ctype(src_dtype if reduction_type in ("argmax", "argmin", "any", "all") else dtype)
+        acc = _Acc(self.gen.fresh("acc"), f"fc_{reduction_type}_acc<{t}>")
+        acc.add_stmt = _Val(f"{acc.name}_add", f"{acc.name}.add(({t})({value.name}), {self.ridx});", [value])
+        self.gen.accumulators.append(acc)
+        self.gen.roots.append(acc.add_stmt)
+        if reduction_type == "welford":
+            return _Val(acc.name, "", [], t, acc)
+        out_t = ctype(dtype)
+        val = self._val(f"({out_t})({acc.name}.result())", out_t, [])
+        val.acc = acc
+        return val
+
+    def getitem(self, value, i):
+        if value.acc is None:
+            raise CodegenError(f"getitem of a value that is not a multi-part reduction: {value.name}")
+        val = self._val(f"{value.acc.name}.get({int(i)})", value.ctype, [])
+        val.acc = value.acc  # computed from the accumulator: it belongs after the loop
+        return val
+
+    def __getattr__(self, name):
+        if name in _UNARY_CALL or name in _UNARY_TEMPLATE or name == "bitwise_not":
+            def unary(a):
+                t = a.ctype
+                if name in ("logical_not", "isnan", "isinf"):
+                    t = "bool"
+                if name == "bitwise_not":
+                    expr = f"!({a.name})" if a.ctype == "bool" else f"~({a.name})"
+                elif name in _UNARY_CALL:
+                    arg = a.name if a.ctype in ("float", "double") else f"(double)({a.name})"
+                    expr = f"{_UNARY_CALL[name]}({arg})"
+                else:
+                    expr = _UNARY_TEMPLATE[name].format(a=a.name, T=a.ctype)
+                return self._val(f"({t})({expr})", t, [a])
+            return unary
+        if name in _BINARY_TEMPLATE:
+            def binary(a, b):
+                is_bool = name in ("eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor")
+                t = "bool" if is_bool else a.ctype
+                expr = _BINARY_TEMPLATE[name].format(a=a.name, b=b.name, T=t)
+                return self._val(f"({t})({expr})", t, [a, b])
+            return binary
+        if name == "where":
+            def where(c, a, b):
+                t = a.ctype  # the recorder gives where the dtype of its first value
+                return self._val(f"{c.name} ? ({t})({a.name}) : ({t})({b.name})", t, [c, a, b])
+            return where
+        raise AttributeError(name)
+
+
+def _widen(dtype: str, text: str) -> str:
+    if dtype == "bfloat16":
+        return f"fc_bf16_to_float({text})"
+    if dtype == "float16":
+        return f"(float)({text})"
+    return text
+
+
+def _narrow(dtype: str, text: str) -> str:
+    if dtype == "bfloat16":
+        return f"fc_float_to_bf16((float)({text}))"
+    return f"({storage_type(dtype)})({text})"
+
+
+def _round_half(dtype: str, text: str) -> str:
+    if dtype == "bfloat16":
+        return f"fc_round_bf16({text})"
+    if dtype == "float16":
+        return f"fc_round_f16({text})"
+    return text
+
+
+@dataclass
+class KernelSource:
+    """A kernel's C++ function and the arguments it takes, in order."""
+
+    name: str
+    source: str
+    buffers: list[str]  # data pointers, in this order
+    symbols: list[str]  # then int64_t sizes, in this order
+    accumulators: list[str]  # accumulator types it uses: they need `omp declare reduction`s
+
+
+def simd_reductions(types: list[str]) -> str:
+    """``#pragma omp declare reduction`` for each accumulator type (once per library)."""
+    return "".join(f"#pragma omp declare reduction(fc_merge : {t} : omp_out.merge(omp_in)) "
+                   f"initializer(omp_priv = {t}())\n" for t in dict.fromkeys(types))
+
+
+class _KernelGen:
+    def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
+                 threads: int):
+        self.kernel = kernel
+        self.buffer_dtype = buffer_dtype
+        self.hint = hint
+        self.threads = threads
+        self.buffers: dict[str, bool] = {}  # name -> written
+        self.symbols: set[str] = set()
+        self.indirect: dict[str, _Val] = {}
+        self.internal_stores: dict[str, _Val] = {}
+        self.accumulators: list[_Acc] = []
+        self.roots: list[_Val] = []
+        self.counter = 0
+        self.sizes = {v.name: s for v, s in zip(kernel.xvars + kernel.rvars, kernel.xsizes + kernel.rsizes)}
+        self.rnames = {v.name for v in kernel.rvars}
+
+    def fresh(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def use_buffer(self, buf: str, write: bool) -> None:
+        self.buffers[buf] = self.buffers.get(buf, False) or write
+
+    def internal_store(self, buf: str) -> _Val:
+        if buf not in self.internal_stores:
+            raise CodegenError(f"{buf} is read in {self.kernel.name} before the kernel computes it")
+        return self.internal_stores[buf]
+
+    def _range(self, s: sympy.Symbol) -> ValueRange:
+        name = s.name
+        if name in self.sizes:
+            n = self.sizes[name]
+            return ValueRange(0, int(n) - 1) if n.is_Integer and int(n) > 0 else _NONNEG
+        if name in self.indirect or name.startswith(("s", "ind")):
+            return _NONNEG
+        return _UNBOUNDED
+
+    def index(self, expr) -> str:
+        expr = sympy.sympify(expr)
+        for s in expr.free_symbols:
+            if s.name not in self.sizes and s.name not in self.indirect:
+                self.symbols.add(s.name)
+        return cpp_code(expr, ranges=self._range)
+
+    def indirect_deps(self, expr) -> list[_Val]:
+        return [self.indirect[s.name] for s in sympy.sympify(expr).free_symbols if s.name in self.indirect]
+
+    def _uses_reduction_vars(self, kn) -> bool:
+        for op in kn.node.body.ops:
+            for a in op.args:
+                if isinstance(a, sympy.Basic) and any(s.name in self.rnames for s in a.xreplace(kn.var_map).free_symbols):
+                    return True
+        return False
+
+    # -- generation
+    def generate(self) -> KernelSource:
+        k = self.kernel
+        xs = [self.index(s) for s in k.xsizes]
+        rs = [self.index(s) for s in k.rsizes]
+        stages: dict[int, list[tuple[list[_Val], list[_Val], list[_Val]]]] = {}
+        for n, kn in enumerate(k.nodes):
+            self.roots = []
+            first_acc = len(self.accumulators)
+            flat = sympy.Integer(0)
+            body = kn.node.body
+            for rv, size in zip(body.reduction_vars, body.reduction_sizes):
+                flat = flat * size + kn.var_map.get(rv, rv)
+            kn.node.body.run(_CValues(self, f"n{n}_", self.index(flat)), kn.var_map)
+            adds = [a.add_stmt for a in self.accumulators[first_acc:]]
+            uses_r = self._uses_reduction_vars(kn)
+            if adds:
+                in_loop = adds + [r for r in self.roots if r not in adds and _feeds_only_loop(r)]
+                after = [r for r in self.roots if r not in in_loop]
+                pre = []
+            elif uses_r:
+                pre, in_loop, after = [], list(self.roots), []
+            else:
+                pre, in_loop, after = list(self.roots), [], []
+            stages.setdefault(kn.stage, []).append((pre, in_loop, after))
+        xnumel, rnumel = self.hint(k.numel), self.hint(k.rnumel)
+        split = bool(k.rsizes) and rnumel >= SPLIT_REDUCTION_MIN and xnumel < self.threads
+        outer = _Scope([])
+        for stage in sorted(stages):
+            self._emit_stage(stages[stage], rs, split, outer)
+        return self._function(xs, rs, outer.lines, split)
+
+    def _emit_stage(self, nodes, rs, split, outer: _Scope) -> None:
+        k = self.kernel
+        lines = outer.lines
+        for pre, _, _ in nodes:
+            for v in pre:
+                _place(v, outer)
+        loop = _Scope([], outer)
+        for _, in_loop, _ in nodes:
+            for v in in_loop:
+                _place(v, loop)
+        accs = [a for a in self.accumulators if id(a.add_stmt) in loop.seen]
+        lines.extend(f"{a.decl_type} {a.name};" for a in accs)
+        if loop.lines:
+            head = [f"for (int64_t r{d} = 0; r{d} < {rs[d]}; r{d}++) {{" for d in range(len(k.rsizes))]
+            tail = ["}"] * len(head)
+            if split and accs:
+                numel = " * ".join(f"({r})" for r in rs)
+                lines.append("{")
+                lines.append("  const int fc_nt = omp_get_max_threads();")
+                lines.extend(f"  {a.decl_type}* {a.name}_parts = new {a.decl_type}[fc_nt];" for a in accs)
+                lines.append(f"  #pragma omp parallel num_threads(fc_nt) if({numel} >= {SPLIT_REDUCTION_MIN})")
+                lines.append("  {")
+                lines.extend(f"    {a.decl_type} {a.name};" for a in accs)
+                lines.append(f"    #pragma omp for schedule(static) collapse({len(head)})")
+                lines.extend(_indent(_indent(head + _indent(loop.lines) + tail)))
+                lines.extend(f"    {a.name}_parts[omp_get_thread_num()] = {a.name};" for a in accs)
+                lines.append("  }")
+                lines.append("  for (int fc_t = 0; fc_t < fc_nt; fc_t++) {")
+                lines.extend(f"    {a.name}.merge({a.name}_parts[fc_t]);" for a in accs)
+                lines.append("  }")
+                lines.extend(f"  delete[] {a.name}_parts;" for a in accs)
+                lines.append("}")
+            else:
+                # Accumulators merge like OpenMP reductions, so the loop vectorises: each lane
+                # keeps its own partial (order-independent merges; argmax compares indices).
+                if accs and head:
+                    names = ", ".join(a.name for a in accs)
+                    lines.append(f"#pragma omp simd collapse({len(head)}) reduction(fc_merge: {names})")
+                elif head:
+                    lines.append(f"#pragma omp simd collapse({len(head)})")
+                lines.extend(head + _indent(loop.lines) + tail)
+        for _, _, after in nodes:
+            for v in after:
+                _place(v, outer)
+
+    def _function(self, xs, rs, lines, split) -> KernelSource:
+        k = self.kernel
+        buffers = sorted(self.buffers)
+        symbols = sorted(self.symbols)
+        params = []
+        for b in buffers:
+            const = "" if self.buffers[b] else "const "
+            params.append(f"{const}{storage_type(self.buffer_dtype(b))}* __restrict__ {b}")
+        params += [f"const int64_t {s}" for s in symbols]
+        out = [f'extern "C" void {k.name}({", ".join(params)}) {{']
+        body: list[str] = []
+        nx = len(xs)
+        if nx:
+            heads = [f"for (int64_t x{d} = 0; x{d} < {xs[d]}; x{d}++) {{" for d in range(nx)]
+            pointwise = not k.rsizes
+            collapse = max(1, nx - 1) if pointwise else nx
+            work = k.numel * k.rnumel
+            # Every point of a pointwise kernel is independent: `omp simd` on the innermost loop
+            # says so (the __restrict__ of the parameters does not reach OpenMP's outlined body).
+            simd = pointwise and nx == 1
+            parallel = "#pragma omp parallel for simd" if simd else "#pragma omp parallel for"
+            if not split and work.is_Integer and int(work) >= PARALLEL_MIN_WORK:
+                body.append(f"{parallel} collapse({collapse})")
+            elif not split and not work.is_Integer:
+                body.append(f"{parallel} collapse({collapse}) if({self.index(work)} >= {PARALLEL_MIN_WORK})")
+            elif simd:
+                body.append("#pragma omp simd")
+            if pointwise and nx > 1:
+                heads.insert(nx - 1, "#pragma omp simd")
+            body += heads + _indent(lines) + ["}"] * nx
+        else:
+            body += lines
+        out += _indent(body) + ["}"]
+        return KernelSource(k.name, "\n".join(out) + "\n", buffers, symbols,
+                            sorted({a.decl_type for a in self.accumulators}))
+
+
+def _feeds_only_loop(v: _Val) -> bool:
+    """Whether a store belongs inside the reduction loop: it stores a value computed there
+    (a pointwise store of a reduction node's prologue), not one computed from an accumulator."""
+    stack, seen = [v], set()
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if x.acc is not None:
+            return False
+        stack.extend(x.deps)
+    return True
+
+
+class _Scope:
+    """Where declarations go; a value declared in a scope is visible in its inner scopes."""
+
+    def __init__(self, lines: list[str], parent: _Scope | None = None):
+        self.lines = lines
+        self.parent = parent
+        self.seen: set[int] = set()
+
+    def visible(self, v: _Val) -> bool:
+        return id(v) in self.seen or (self.parent is not None and self.parent.visible(v))
+
+
+def _place(v: _Val, scope: _Scope) -> None:
+    """Declare ``v`` (after its dependencies) in ``scope`` unless it is visible there already."""
+    if scope.visible(v):
+        return
+    for d in v.deps:
+        _place(d, scope)
+    if v.decl:
+        scope.lines.append(v.decl)
+    scope.seen.add(id(v))
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return ["  " + ln for ln in lines]
+
+
+def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
+                    threads: int | None = None) -> KernelSource:
+    """C++ for one kernel; ``hint`` evaluates a size expression at its hint (for choosing how to
+    parallelise), ``threads`` is the number of threads planned for."""
+    return _KernelGen(kernel, buffer_dtype, hint, threads or os.cpu_count() or 1).generate()

@@ -1,0 +1,217 @@
+"""The C++ every generated library starts with: storage types, half-precision conversions, math
+with torch's semantics where C++ differs, reduction accumulators that merge (for per-thread
+partials), and Philox for random numbers.
+
+Half types are computed in float32, as Inductor does: loads widen, stores round to nearest even.
+"""
+
+from __future__ import annotations
+
+from fireclay_shapes import CPP_PRELUDE as _INDEX_PRELUDE
+
+# dtype -> (C++ storage type, C++ compute type)
+CTYPES: dict[str, tuple[str, str]] = {
+    "float64": ("double", "double"),
+    "float32": ("float", "float"),
+    "float16": ("_Float16", "float"),
+    "bfloat16": ("uint16_t", "float"),
+    "int64": ("int64_t", "int64_t"),
+    "int32": ("int32_t", "int32_t"),
+    "int16": ("int16_t", "int16_t"),
+    "int8": ("int8_t", "int8_t"),
+    "uint8": ("uint8_t", "uint8_t"),
+    "bool": ("bool", "bool"),
+}
+
+# Only <cstdint> and <omp.h>: <cmath>, <vector> and <type_traits> would triple the compile time of
+# a small library. Math goes through the compiler's builtins, with one overload per float type.
+_MATH_FUNCTIONS = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan", "asin",
+                   "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "floor",
+                   "ceil", "nearbyint", "trunc", "lgamma")
+_MATH_FUNCTIONS2 = ("pow", "fmod", "atan2", "copysign")
+_MATH = "\n".join(
+    f"static inline float fc_{f}(float x) {{ return __builtin_{f}f(x); }}\n"
+    f"static inline double fc_{f}(double x) {{ return __builtin_{f}(x); }}"
+    for f in _MATH_FUNCTIONS) + "\n" + "\n".join(
+    f"static inline float fc_{f}(float x, float y) {{ return __builtin_{f}f(x, y); }}\n"
+    f"static inline double fc_{f}(double x, double y) {{ return __builtin_{f}(x, y); }}"
+    for f in _MATH_FUNCTIONS2)
+
+PRELUDE = _INDEX_PRELUDE + r"""
+#include <omp.h>
+
+template <typename T> struct fc_is_float { static constexpr bool value = false; };
+template <> struct fc_is_float<float> { static constexpr bool value = true; };
+template <> struct fc_is_float<double> { static constexpr bool value = true; };
+template <typename T> struct fc_is_bool { static constexpr bool value = false; };
+template <> struct fc_is_bool<bool> { static constexpr bool value = true; };
+template <typename T> struct fc_limits {  // signed integers (uint8_t and bool below)
+  static constexpr T lowest() { return (T)((uint64_t)1 << (sizeof(T) * 8 - 1)); }
+  static constexpr T highest() { return (T)~lowest(); }
+};
+template <> struct fc_limits<float> {
+  static constexpr float lowest() { return -__builtin_inff(); }
+  static constexpr float highest() { return __builtin_inff(); }
+};
+template <> struct fc_limits<double> {
+  static constexpr double lowest() { return -__builtin_inf(); }
+  static constexpr double highest() { return __builtin_inf(); }
+};
+template <> struct fc_limits<bool> {
+  static constexpr bool lowest() { return false; }
+  static constexpr bool highest() { return true; }
+};
+template <> struct fc_limits<uint8_t> {
+  static constexpr uint8_t lowest() { return 0; }
+  static constexpr uint8_t highest() { return 255; }
+};
+#define FC_INF __builtin_inf()
+#define FC_NAN __builtin_nan("")
+template <typename T> static inline bool fc_isnan(T x) { if constexpr (fc_is_float<T>::value) return __builtin_isnan(x); else return false; }
+template <typename T> static inline bool fc_isinf(T x) { if constexpr (fc_is_float<T>::value) return __builtin_isinf(x); else return false; }
+""" + _MATH + r"""
+
+static inline float fc_bf16_to_float(uint16_t v) {
+  uint32_t bits = ((uint32_t)v) << 16; float f; __builtin_memcpy(&f, &bits, 4); return f;
+}
+static inline uint16_t fc_float_to_bf16(float f) {
+  uint32_t bits; __builtin_memcpy(&bits, &f, 4);
+  if (__builtin_isnan(f)) return 0x7FC0;
+  bits += 0x7FFF + ((bits >> 16) & 1);  // round to nearest, ties to even
+  return (uint16_t)(bits >> 16);
+}
+static inline float fc_round_bf16(float f) { return fc_bf16_to_float(fc_float_to_bf16(f)); }
+static inline float fc_round_f16(float f) { return (float)(_Float16)f; }
+
+template <typename T> static inline T fc_maximum(T a, T b) {
+  if constexpr (fc_is_float<T>::value) { if (a != a) return a; if (b != b) return b; }
+  return a < b ? b : a;
+}
+template <typename T> static inline T fc_minimum(T a, T b) {
+  if constexpr (fc_is_float<T>::value) { if (a != a) return a; if (b != b) return b; }
+  return a < b ? a : b;
+}
+template <typename T> static inline T fc_floordiv_v(T a, T b) {
+  if constexpr (fc_is_float<T>::value) { return fc_floor(a / b); }
+  else { return b == 0 ? T(0) : (T)fc_floordiv((int64_t)a, (int64_t)b); }  // eager raises; never trap
+}
+template <typename T> static inline T fc_remainder(T a, T b) {
+  if constexpr (fc_is_float<T>::value) {
+    T r = fc_fmod(a, b);
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  } else { return b == 0 ? T(0) : (T)fc_mod((int64_t)a, (int64_t)b); }
+}
+template <typename T> static inline T fc_fmod(T a, T b) {
+  if constexpr (fc_is_float<T>::value) { return fc_fmod(a, b); } else { return b == 0 ? T(0) : (T)(a % b); }
+}
+template <typename T> static inline T fc_pow(T a, T b) {
+  if constexpr (fc_is_float<T>::value) { return fc_pow(a, b); }
+  else {
+    if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+    T r = 1; while (b) { if (b & 1) r *= a; a *= a; b >>= 1; } return r;
+  }
+}
+template <typename T> static inline T fc_sign(T x) {
+  if constexpr (fc_is_bool<T>::value) { return x; }
+  else if constexpr (fc_is_float<T>::value) { return x > 0 ? T(1) : (x < 0 ? T(-1) : x); }
+  else { return (T)((x > 0) - (x < 0)); }
+}
+template <typename T> static inline T fc_abs(T x) {
+  if constexpr (fc_is_bool<T>::value) { return x; } else { return x < 0 ? -x : x; }
+}
+template <typename T> static inline T fc_sigmoid(T x) { return T(1) / (T(1) + fc_exp(-x)); }
+template <typename T> static inline T fc_relu(T x) { return x < 0 ? T(0) : x; }
+
+// Accumulators: add() folds one value in, merge() folds another thread's partial in (in thread
+// order, each thread holding a contiguous ascending chunk, so argmax keeps the first index).
+template <typename T> struct fc_sum_acc {
+  T v = T(0);
+  inline void add(T x, int64_t) { v += x; }
+  inline void merge(const fc_sum_acc& o) { v += o.v; }
+  inline T result() const { return v; }
+};
+template <typename T> struct fc_prod_acc {
+  T v = T(1);
+  inline void add(T x, int64_t) { v *= x; }
+  inline void merge(const fc_prod_acc& o) { v *= o.v; }
+  inline T result() const { return v; }
+};
+template <typename T> struct fc_max_acc {
+  T v = fc_limits<T>::lowest();
+  inline void add(T x, int64_t) { v = fc_maximum(v, x); }
+  inline void merge(const fc_max_acc& o) { v = fc_maximum(v, o.v); }
+  inline T result() const { return v; }
+};
+template <typename T> struct fc_min_acc {
+  T v = fc_limits<T>::highest();
+  inline void add(T x, int64_t) { v = fc_minimum(v, x); }
+  inline void merge(const fc_min_acc& o) { v = fc_minimum(v, o.v); }
+  inline T result() const { return v; }
+};
+template <typename T> struct fc_any_acc {
+  bool v = false;
+  inline void add(T x, int64_t) { v = v || (x != T(0)); }
+  inline void merge(const fc_any_acc& o) { v = v || o.v; }
+  inline bool result() const { return v; }
+};
+template <typename T> struct fc_all_acc {
+  bool v = true;
+  inline void add(T x, int64_t) { v = v && (x != T(0)); }
+  inline void merge(const fc_all_acc& o) { v = v && o.v; }
+  inline bool result() const { return v; }
+};
+// argmax/argmin: NaN wins (as in torch), the first index wins ties.
+template <typename T, bool IsMax> struct fc_arg_acc {
+  T v = T(0); int64_t idx = -1;
+  static inline bool better(T x, int64_t xi, T best, int64_t bi) {
+    if (bi < 0) return true;
+    if constexpr (fc_is_float<T>::value) {
+      bool xn = x != x, bn = best != best;
+      if (xn || bn) return xn && (!bn || xi < bi);
+    }
+    if (x == best) return xi < bi;
+    return IsMax ? x > best : x < best;
+  }
+  inline void add(T x, int64_t i) { if (better(x, i, v, idx)) { v = x; idx = i; } }
+  inline void merge(const fc_arg_acc& o) { if (o.idx >= 0 && better(o.v, o.idx, v, idx)) { v = o.v; idx = o.idx; } }
+  inline int64_t result() const { return idx < 0 ? 0 : idx; }
+};
+template <typename T> using fc_argmax_acc = fc_arg_acc<T, true>;
+template <typename T> using fc_argmin_acc = fc_arg_acc<T, false>;
+// Welford's running mean and sum of squared deviations; merge is Chan's parallel update.
+template <typename T> struct fc_welford_acc {
+  T mean = T(0), m2 = T(0), n = T(0);
+  inline void add(T x, int64_t) { n += T(1); T d = x - mean; mean += d / n; m2 += d * (x - mean); }
+  inline void merge(const fc_welford_acc& o) {
+    if (o.n == T(0)) return;
+    if (n == T(0)) { *this = o; return; }
+    T total = n + o.n, d = o.mean - mean;
+    mean += d * (o.n / total);
+    m2 += o.m2 + d * d * (n * o.n / total);
+    n = total;
+  }
+  inline T get(int i) const { return i == 0 ? mean : (i == 1 ? m2 : n); }
+};
+
+// Philox4x32-10 of (counter, 0, 0, 0) keyed by seed; the same stream as fireclay-loops' reference.
+static inline void fc_philox(uint64_t seed, uint64_t counter, uint32_t out[4]) {
+  uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+  for (int i = 0; i < 10; i++) {
+    uint64_t p0 = (uint64_t)c0 * 0xD2511F53u, p1 = (uint64_t)c2 * 0xCD9E8D57u;
+    uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0, hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+    c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+static inline float fc_rand(uint64_t seed, int64_t offset) {
+  uint32_t w[4]; fc_philox(seed, (uint64_t)offset, w);
+  return (float)(w[0] >> 8) * (1.0f / 16777216.0f);
+}
+static inline float fc_randn(uint64_t seed, int64_t offset) {
+  uint32_t w[4]; fc_philox(seed, (uint64_t)offset, w);
+  float u0 = (float)(w[0] >> 8) * (1.0f / 16777216.0f), u1 = (float)(w[1] >> 8) * (1.0f / 16777216.0f);
+  return fc_sqrt(-2.0f * fc_log(1.0f - u0)) * fc_cos(2.0f * 3.14159265358979323846f * u1);
+}
+"""

@@ -1,0 +1,164 @@
+"""The call sequence as a generated Python function: bind sizes, allocate, call kernels (through
+ctypes) and extern aten ops (through torch), return the outputs.
+
+Every buffer is held at run time as a *base* tensor whose ``data_ptr()`` is the buffer's index
+0 (the origin of its index expressions); views for extern calls and outputs are
+``as_strided`` of the base. Memory follows the plan: a buffer alone in its allocation is created
+with ``torch.empty_strided`` in its own dtype (or is the extern call's result itself when its
+layout is right); allocations that several buffers share over time are byte arrays the buffers
+are typed views of.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import sympy
+
+from fireclay_cpp.errors import CodegenError
+from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram, TensorArg
+from fireclay_shapes import python_code
+
+
+def _py(e: Any) -> str:
+    return python_code(sympy.sympify(e))
+
+
+def _shape(items) -> str:
+    inner = ", ".join(_py(x) for x in items)
+    return f"({inner},)" if len(items) == 1 else f"({inner})"
+
+
+class WrapperSource:
+    """Generated wrapper text, plus the objects its namespace needs (constants, aten ops)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.namespace_ops: dict[str, str] = {}  # variable -> aten op name
+        self.constants: dict[str, Any] = {}
+
+    def line(self, text: str, depth: int = 1) -> None:
+        self.lines.append("    " * depth + text)
+
+    def op(self, name: str) -> str:
+        var = "op_" + name.replace("::", "_").replace(".", "_")
+        self.namespace_ops[var] = name
+        return var
+
+    def constant(self, value: Any) -> str:
+        var = f"const{len(self.constants)}"
+        self.constants[var] = value
+        return var
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def _literal(w: WrapperSource, a: Any) -> str:
+    if isinstance(a, sympy.Basic):
+        return _py(a)
+    if a is None or isinstance(a, (bool, int, str)):
+        return repr(a)
+    if isinstance(a, float):
+        return repr(a) if math.isfinite(a) else f"float({str(a)!r})"
+    if isinstance(a, list):
+        return "[" + ", ".join(_literal(w, x) for x in a) + "]"
+    if isinstance(a, tuple):
+        return "(" + "".join(_literal(w, x) + ", " for x in a) + ")"
+    kind = type(a).__name__
+    if kind == "DType":
+        return f"torch.{a.name}"
+    if kind == "Device":
+        return f"torch.device({a.name!r})"
+    if kind in ("Layout", "MemoryFormat"):
+        return f"torch.{a.name}"
+    return w.constant(a)
+
+
+def generate_wrapper(scheduled: ScheduledProgram, kernel_args: dict[str, tuple[list[str], list[str]]]) -> WrapperSource:
+    """``kernel_args`` maps each kernel to its (buffer, symbol) arguments, in order."""
+    prog = scheduled.program
+    plan = scheduled.plan
+    w = WrapperSource()
+    owners: dict[str, list[str]] = {}
+    for b, a in plan.buffer_allocation.items():
+        owners.setdefault(a, []).append(b)
+    alone = {b for b, a in plan.buffer_allocation.items()
+             if len(owners[a]) == 1 and not prog.buffers[b].is_input and prog.buffers[b].offset == 0}
+    w.lines.append(f"def call({', '.join(prog.inputs)}):")
+    bound: set[str] = set()
+    for name in prog.inputs:
+        buf = prog.buffers[name]
+        for d, s in enumerate(buf.size):
+            if isinstance(s, sympy.Symbol) and s.name not in bound:
+                w.line(f"{s.name} = {name}.shape[{d}]")
+                bound.add(s.name)
+    for s, hint in sorted(prog.symbols.items()):
+        if s not in bound and hint is not None:
+            w.line(f"{s} = {int(hint)}  # not an input size: its hint")
+            bound.add(s)
+    for name in prog.inputs:
+        buf = prog.buffers[name]
+        w.line(f"{name} = as_base({name}, {name!r}, torch.{buf.dtype}, {_shape(buf.size)}, {_shape(buf.stride)}, "
+               f"{_py(buf.offset)}, {_py(buf.storage_numel)})")
+    mems: set[str] = set()
+    for k, step in enumerate(scheduled.steps):
+        produced_by_extern = set(step.outputs) if isinstance(step, ExternNode) else set()
+        for b in plan.allocate_before.get(k, []):
+            buf = prog.buffers[b]
+            if b in alone and b in produced_by_extern:
+                continue  # bound to the extern call's result below
+            if b in alone:
+                w.line(f"{b} = torch.empty_strided({_shape(buf.size)}, {_shape(buf.stride)}, dtype=torch.{buf.dtype})")
+                continue
+            a = plan.buffer_allocation[b]
+            if a not in mems:
+                w.line(f"{a} = torch.empty({_py(plan.allocations[a].nbytes)}, dtype=torch.uint8)")
+                mems.add(a)
+            w.line(f"{b} = typed({a}, torch.{buf.dtype}, {_py(buf.nbytes)})")
+        if isinstance(step, Kernel):
+            buffers, symbols = kernel_args[step.name]
+            args = [f"{b}.data_ptr()" for b in buffers] + list(symbols)
+            w.line(f"{step.name}({', '.join(args)})")
+        else:
+            _extern_call(w, step, prog, alone)
+        for b in plan.free_after.get(k, []):
+            if b in alone and b not in prog.inputs:
+                w.line(f"del {b}")
+    outs = []
+    for o in prog.outputs:
+        if isinstance(o, Constant):
+            outs.append(_literal(w, o.value))
+            continue
+        buf = prog.buffers[o]
+        if buf.is_input or o not in alone:
+            outs.append(f"view({o}, {_shape(buf.size)}, {_shape(buf.stride)}, {_py(buf.offset)})")
+        else:
+            outs.append(o)
+    w.line("return (" + "".join(f"{x}, " for x in outs) + ")")
+    return w
+
+
+def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str]) -> None:
+    def arg(a: Any) -> str:
+        if isinstance(a, TensorArg):
+            return f"view({a.buffer}, {_shape(a.size)}, {_shape(a.stride)}, {_py(a.offset)})"
+        if isinstance(a, (list, tuple)):
+            inner = [arg(x) for x in a]
+            return "[" + ", ".join(inner) + "]" if isinstance(a, list) else "(" + "".join(x + ", " for x in inner) + ")"
+        return _literal(w, a)
+
+    call_args = [arg(a) for a in step.args] + [f"{k}={arg(v)}" for k, v in step.kwargs.items()]
+    fn = w.op(step.op)
+    w.line(f"result = {fn}({', '.join(call_args)})  # {step.kind} {step.name}")
+    w.line("results = list(result) if isinstance(result, (tuple, list)) else [result]")
+    for i, b in enumerate(step.outputs):
+        buf = prog.buffers.get(b)
+        if buf is None:
+            raise CodegenError(f"extern call {step.name} writes {b}, which the program does not declare")
+        if b in alone:
+            w.line(f"{b} = conform(results[{i}], {_shape(buf.size)}, {_shape(buf.stride)})")
+        else:
+            w.line(f"view({b}, {_shape(buf.size)}, {_shape(buf.stride)}, {_py(buf.offset)}).copy_(results[{i}])")
