@@ -28,7 +28,7 @@ FUNCTIONS = [
     (softmax_fn, lambda: (torch.randn(3, 7),)),
     (structured_fn, lambda: (torch.randn(2, 3), torch.randn(2, 3))),
 ]
-BACKENDS = ["eager", "aot_eager"]
+BACKENDS = ["eager", "aot_eager", "fireclay"]
 
 
 def _assert_close(actual, expected):
@@ -136,3 +136,23 @@ def test_torch_compile_reaches_fireclay_through_the_entry_point():
     compiled = torch.compile(model, backend="fireclay_aot_eager")
     x = torch.randn(2, 4)
     torch.testing.assert_close(compiled(x), model(x))
+
+
+def _broken_backend(program, example_inputs):
+    raise RuntimeError("this backend cannot compile anything")
+
+
+def test_backend_failure_falls_back_to_eager_and_says_why(caplog):
+    compiled = fireclay.compile(mlp_fn, backend=_broken_backend)
+    inputs = FUNCTIONS[0][1]()
+    with caplog.at_level("WARNING", logger="fireclay"):
+        _assert_close(compiled(*inputs), mlp_fn(*inputs))
+    assert "cannot compile anything" in caplog.text and "test_compile.py" in caplog.text
+
+
+def test_backend_failure_raises_under_fullgraph():
+    from fireclay.verify import BackendCompilerFailed
+
+    compiled = fireclay.compile(mlp_fn, backend=_broken_backend, fullgraph=True)
+    with pytest.raises(BackendCompilerFailed, match=r"test_compile.py:\d+: RuntimeError: this backend"):
+        compiled(*FUNCTIONS[0][1]())

@@ -11,7 +11,7 @@ import torch
 
 from fireclay.backends import lookup_backend
 from fireclay.modes import resolve_options
-from fireclay.verify import verifying
+from fireclay.verify import falling_back, verifying
 from fireclay_capture import CapturedFunction, capture
 
 
@@ -36,7 +36,7 @@ def compile(
     """
     resolved = resolve_options(mode, options)
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
-    compiler = verifying(_with_options(lookup_backend(backend), resolved), name)
+    compiler = verifying(falling_back(_with_options(lookup_backend(backend), resolved), name, fullgraph), name)
 
     def wrap(target: Callable[..., Any]):
         if disable:

@@ -1,8 +1,10 @@
-"""``config.verify_correctness``: run the reference interpreter beside every compiled call."""
+"""Safety around backends: fall back to the interpreter when a backend fails to compile, and
+(``config.verify_correctness``) run the reference interpreter beside every compiled call."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -11,9 +13,48 @@ import torch
 from fireclay.config import config
 from fireclay_ir import Program, Weight, interpret
 
+log = logging.getLogger("fireclay")
+
 
 class CorrectnessError(AssertionError):
     """A compiled call's result differs from the reference interpreter's."""
+
+
+class BackendCompilerFailed(RuntimeError):
+    """A backend raised while compiling a captured graph (raised only under ``fullgraph=True``;
+    otherwise the graph runs in the interpreter and a warning says why)."""
+
+
+def falling_back(backend: Callable[..., Any], name: str, fullgraph: bool) -> Callable[..., Any]:
+    """Wrap ``backend`` so that a compile failure never reaches the user unless ``fullgraph``:
+    the graph then runs in fireclay-ir's interpreter (eager semantics), and the reason is logged."""
+
+    def compile_or_fall_back(program: Program, example_inputs: list) -> Callable[..., Any]:
+        try:
+            return backend(program, example_inputs)
+        except Exception as exc:
+            where = _first_source(program)
+            if fullgraph:
+                raise BackendCompilerFailed(f"backend {name!r} failed on the graph captured from {where}: "
+                                            f"{type(exc).__name__}: {exc}") from exc
+            log.warning("fireclay: backend %r failed on the graph captured from %s (%s: %s); running that "
+                        "graph in the interpreter instead", name, where, type(exc).__name__,
+                        str(exc).splitlines()[0] if str(exc) else "")
+
+            def run(*inputs: Any) -> Any:
+                return interpret(program, *inputs)
+
+            return run
+
+    return compile_or_fall_back
+
+
+def _first_source(program: Program) -> str:
+    for node in program.main.nodes:
+        src = node.meta.get("source")
+        if src:
+            return f"{src.get('file')}:{src.get('line')}"
+    return "an unknown location"
 
 
 def _clone(x: Any) -> Any:

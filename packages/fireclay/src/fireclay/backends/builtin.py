@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,8 @@ from fireclay_capture.backends import eager as _capture_eager
 from fireclay_ir import Program
 
 Compiled = Callable[..., Any]
+
+log = logging.getLogger("fireclay")
 
 
 def eager(program: Program, example_inputs: list) -> Compiled:
@@ -35,6 +38,18 @@ def _codegen_compiler(program: Program, example_inputs: list) -> Compiled:
     return compile_for_cpu(program, example_inputs)
 
 
+def _codegen_or_interpreter(program: Program, example_inputs: list) -> Compiled:
+    """Code generation for one aten graph; if it fails, that graph runs in the interpreter (a
+    warning says why), so a gap in code generation costs speed, never a wrong answer."""
+    try:
+        return _codegen_compiler(program, example_inputs)
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        log.warning("fireclay: code generation failed for an aten graph (%s: %s); running it in the "
+                    "interpreter instead", type(exc).__name__, first)
+        return interpreter_backend(program, example_inputs)
+
+
 def fireclay(program: Program, example_inputs: list) -> Compiled:
     """The whole pipeline: autograd → loops → cpp (CPU) or triton (CUDA)."""
-    return aot_backend(_codegen_compiler, _codegen_compiler)(program, example_inputs)
+    return aot_backend(_codegen_or_interpreter, _codegen_or_interpreter)(program, example_inputs)
