@@ -1,0 +1,60 @@
+"""fireclay-triton's settings, each with its environment variable.
+
+* ``FIRECLAY_CACHE_DIR``: the on-disk cache (default ``<tempdir>/fireclay-cache-<user>``);
+  generated kernel modules and autotuning results go in its ``triton/`` folder, compiled
+  binaries in Triton's own cache (``TRITON_CACHE_DIR``);
+* ``FIRECLAY_TRITON_AUTOTUNE``: ``0`` turns autotuning off (the heuristic config is used);
+* ``FIRECLAY_TRITON_DUMP``: a folder every compiled program's kernels and wrapper are written to;
+* ``FIRECLAY_TRITON_PERSISTENT_LIMIT``: the longest reduction done in one tile (default 8192);
+* ``TRITON_INTERPRET=1`` (Triton's own, read when triton is imported): run kernels on CPU
+  tensors in Triton's interpreter; math is then spelt without libdevice.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import tempfile
+from dataclasses import dataclass
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in some containers
+        return str(os.getuid()) if hasattr(os, "getuid") else "user"
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@dataclass
+class Config:
+    cache_dir: str | None = None  # None: FIRECLAY_CACHE_DIR, else a folder in the temp dir
+    autotune: bool | None = None  # None: FIRECLAY_TRITON_AUTOTUNE (default on, off when interpreting)
+    dump_dir: str | None = None  # None: FIRECLAY_TRITON_DUMP (default: no dump)
+    persistent_limit: int | None = None
+
+    def resolved_cache_dir(self) -> str:
+        base = self.cache_dir or os.environ.get("FIRECLAY_CACHE_DIR") or os.path.join(
+            tempfile.gettempdir(), f"fireclay-cache-{_user()}")
+        return os.path.join(base, "triton")
+
+    def resolved_autotune(self) -> bool:
+        if interpreting():
+            return False
+        if self.autotune is not None:
+            return self.autotune
+        return os.environ.get("FIRECLAY_TRITON_AUTOTUNE", "1") != "0"
+
+    def resolved_dump_dir(self) -> str | None:
+        return self.dump_dir or os.environ.get("FIRECLAY_TRITON_DUMP") or None
+
+    def resolved_persistent_limit(self) -> int:
+        if self.persistent_limit is not None:
+            return self.persistent_limit
+        return int(os.environ.get("FIRECLAY_TRITON_PERSISTENT_LIMIT", "8192"))
+
+
+config = Config()

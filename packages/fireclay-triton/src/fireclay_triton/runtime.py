@@ -1,0 +1,185 @@
+"""What a generated wrapper runs with: tensor helpers, kernel launchers, the compiled program."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, tuning_key
+from fireclay_triton.config import interpreting
+from fireclay_triton.errors import InputError, TritonBackendError
+
+
+def as_base(t: Any, name: str, dtype: torch.dtype, size: tuple, stride: tuple, offset: int,
+            storage_numel: int) -> torch.Tensor:
+    """The input as a base tensor whose ``data_ptr()`` is index 0 of the buffer's layout; a copy
+    in that layout when the input's strides or offset differ from the compiled ones."""
+    if not isinstance(t, torch.Tensor):
+        raise InputError(f"input {name!r} should be a tensor, got {type(t).__name__}")
+    if t.dtype != dtype or t.dim() != len(size):
+        raise InputError(f"input {name!r} is {t.dtype} {tuple(t.shape)}; the program was compiled for "
+                         f"{dtype} {tuple(size)}: compile again for these inputs")
+    if tuple(t.shape) != tuple(size):
+        raise InputError(f"input {name!r} has shape {tuple(t.shape)}, the program was compiled for {tuple(size)}")
+    same = all(n <= 1 or a == b for n, a, b in zip(size, t.stride(), stride))
+    if same and t.storage_offset() >= offset:
+        return t if offset == 0 else t.as_strided((1,), (1,), t.storage_offset() - offset)
+    flat = torch.empty(max(storage_numel, 1), dtype=dtype, device=t.device)
+    flat.as_strided(size, stride, offset).copy_(t)
+    return flat
+
+
+def pick_device(*inputs: Any) -> torch.device:
+    """Where the program's buffers go: the device of its first tensor input; with none, the GPU
+    (or the CPU in Triton's interpreter)."""
+    for t in inputs:
+        if isinstance(t, torch.Tensor):
+            return t.device
+    if torch.cuda.is_available() and not interpreting():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def typed(mem: torch.Tensor, dtype: torch.dtype, numel: int) -> torch.Tensor:
+    """A buffer of ``numel`` elements of ``dtype`` at the start of a byte allocation."""
+    return mem[: numel * torch.empty((), dtype=dtype).element_size()].view(dtype)
+
+
+def view(base: torch.Tensor, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
+    return base.as_strided(size, stride, base.storage_offset() + offset)
+
+
+def conform(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
+    """An extern call's result with the layout the kernels index it by (copied only if needed)."""
+    if tuple(t.shape) == tuple(size) and all(n <= 1 or a == b for n, a, b in zip(size, t.stride(), stride)):
+        return t
+    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def aten_op(name: str) -> Callable:
+    namespace, rest = name.split("::", 1)
+    packet, _, overload = rest.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
+    except AttributeError as e:
+        raise TritonBackendError(f"extern call to {name}: torch {torch.__version__} has no such operator") from e
+
+
+def load_module(source: str, folder: str):
+    """Import generated kernel source from a file named by its hash (Triton's ``@jit`` reads
+    source through ``inspect``, so the kernels must live in a real file)."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:32]
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"k{digest}.py")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    name = f"fireclay_triton_kernels_{digest}"
+    if name in sys.modules:
+        return sys.modules[name], digest
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module, digest
+
+
+class Launcher:
+    """Launches one kernel: picks its config (heuristic, or autotuned once per size bucket and
+    cached on disk) and computes the grid."""
+
+    def __init__(self, fn: Any, name: str, kind: str, source_hash: str, autotune: bool, interpret: bool,
+                 cache: TuningCache):
+        self.fn = fn
+        self.name = name
+        self.kind = kind
+        self.source_hash = source_hash
+        self.autotune = autotune
+        self.interpret = interpret
+        self.cache = cache
+        self.chosen: dict[tuple[int, int], LaunchConfig] = {}
+
+    def _run(self, cfg: LaunchConfig, args: tuple, numel: int, rnumel: int) -> None:
+        grid = (max(1, -(-numel // cfg.XBLOCK)),)
+        if self.kind == "pointwise":
+            self.fn[grid](*args, numel, XBLOCK=cfg.XBLOCK, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        else:
+            self.fn[grid](*args, numel, rnumel, XBLOCK=cfg.XBLOCK, RBLOCK=cfg.RBLOCK, num_warps=cfg.num_warps,
+                          num_stages=cfg.num_stages)
+
+    def config_for(self, args: tuple, numel: int, rnumel: int) -> LaunchConfig:
+        found = self.chosen.get((numel, rnumel))
+        if found is not None:
+            return found
+        options = candidates(self.kind, numel, rnumel, self.interpret)
+        cfg = options[0]
+        if self.autotune and len(options) > 1:
+            device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cuda"))
+            key = tuning_key(self.source_hash + self.name, numel, rnumel, torch.cuda.get_device_name(device))
+            cfg = self.cache.get(key) or self._tune(options, args, numel, rnumel, key)
+        self.chosen[(numel, rnumel)] = cfg
+        return cfg
+
+    def _tune(self, options: list[LaunchConfig], args: tuple, numel: int, rnumel: int, key: str) -> LaunchConfig:
+        from triton.testing import do_bench
+
+        # Kernels never write a buffer they read (the memory plan reuses only dead buffers), so
+        # running one repeatedly is harmless.
+        times = []
+        for cfg in options:
+            try:
+                times.append((do_bench(lambda c=cfg: self._run(c, args, numel, rnumel), warmup=5, rep=20), cfg))
+            except Exception:  # a config that does not compile (too many registers...) is skipped
+                continue
+        best = min(times, key=lambda t: t[0])[1] if times else options[0]
+        self.cache.put(key, best)
+        return best
+
+    def __call__(self, *args: Any, numel: int, rnumel: int = 1) -> None:
+        if numel == 0:
+            return
+        self._run(self.config_for(args, numel, rnumel), args, numel, rnumel)
+
+
+class CompiledProgram:
+    """A scheduled program compiled to Triton: call it with tensors, get a tuple of tensors.
+
+    ``wrapper_source`` and ``kernel_source`` are the generated text; ``dump(folder)`` writes them
+    (with the schedule) for reading.
+    """
+
+    def __init__(self, scheduled, wrapper_source: str, kernel_source: str, kernels: list, call: Callable[..., tuple],
+                 launchers: dict[str, Launcher]):
+        self.scheduled = scheduled
+        self.wrapper_source = wrapper_source
+        self.kernel_source = kernel_source
+        self.kernels = kernels
+        self.launchers = launchers
+        self._call = call
+
+    def __call__(self, *inputs: Any) -> tuple:
+        if len(inputs) != len(self.scheduled.program.inputs):
+            raise InputError(f"the compiled program takes {len(self.scheduled.program.inputs)} inputs, "
+                             f"got {len(inputs)}")
+        return self._call(*inputs)
+
+    def dump(self, folder: str) -> list[str]:
+        """Write ``wrapper.py``, ``kernels.py`` and ``schedule.txt`` into ``folder``."""
+        os.makedirs(folder, exist_ok=True)
+        files = {"wrapper.py": self.wrapper_source, "kernels.py": self.kernel_source,
+                 "schedule.txt": str(self.scheduled) + "\n"}
+        paths = []
+        for name, text in files.items():
+            path = os.path.join(folder, name)
+            with open(path, "w") as f:
+                f.write(text)
+            paths.append(path)
+        return paths

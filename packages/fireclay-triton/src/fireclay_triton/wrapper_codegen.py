@@ -1,0 +1,169 @@
+"""The call sequence as a generated Python function: bind sizes, allocate per the memory plan,
+launch kernels, call extern aten ops through torch, return the outputs.
+
+Every buffer is held at run time as a *base* tensor whose ``data_ptr()`` is the buffer's index
+0 (the origin of its index expressions, and what a Triton kernel receives); views for extern
+calls and outputs are ``as_strided`` of the base. A buffer alone in its allocation is made with
+``torch.empty_strided`` in its own dtype on the inputs' device (or is the extern call's result itself
+when its layout is right); allocations that several buffers share over time are byte tensors
+the buffers are typed views of.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import sympy
+
+from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram, TensorArg
+from fireclay_shapes import python_code
+from fireclay_triton.errors import CodegenError
+from fireclay_triton.kernel_codegen import KernelSource
+
+
+def _py(e: Any) -> str:
+    return python_code(sympy.sympify(e))
+
+
+def _shape(items) -> str:
+    inner = ", ".join(_py(x) for x in items)
+    return f"({inner},)" if len(items) == 1 else f"({inner})"
+
+
+class WrapperSource:
+    """Generated wrapper text, plus the objects its namespace needs (constants, aten ops)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.namespace_ops: dict[str, str] = {}  # variable -> aten op name
+        self.constants: dict[str, Any] = {}
+
+    def line(self, text: str, depth: int = 1) -> None:
+        self.lines.append("    " * depth + text)
+
+    def op(self, name: str) -> str:
+        var = "op_" + name.replace("::", "_").replace(".", "_")
+        self.namespace_ops[var] = name
+        return var
+
+    def constant(self, value: Any) -> str:
+        var = f"const{len(self.constants)}"
+        self.constants[var] = value
+        return var
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def _literal(w: WrapperSource, a: Any) -> str:
+    if isinstance(a, sympy.Basic):
+        return _py(a)
+    if a is None or isinstance(a, (bool, int, str)):
+        return repr(a)
+    if isinstance(a, float):
+        return repr(a) if math.isfinite(a) else f"float({str(a)!r})"
+    if isinstance(a, list):
+        return "[" + ", ".join(_literal(w, x) for x in a) + "]"
+    if isinstance(a, tuple):
+        return "(" + "".join(_literal(w, x) + ", " for x in a) + ")"
+    kind = type(a).__name__
+    if kind == "DType":
+        return f"torch.{a.name}"
+    if kind == "Device":
+        return f"torch.device({a.name!r})"
+    if kind in ("Layout", "MemoryFormat"):
+        return f"torch.{a.name}"
+    return w.constant(a)
+
+
+def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSource]) -> WrapperSource:
+    prog = scheduled.program
+    plan = scheduled.plan
+    w = WrapperSource()
+    owners: dict[str, list[str]] = {}
+    for b, a in plan.buffer_allocation.items():
+        owners.setdefault(a, []).append(b)
+    alone = {b for b, a in plan.buffer_allocation.items()
+             if len(owners[a]) == 1 and not prog.buffers[b].is_input and prog.buffers[b].offset == 0}
+    w.lines.append(f"def call({', '.join(prog.inputs)}):")
+    bound: set[str] = set()
+    for name in prog.inputs:
+        for d, s in enumerate(prog.buffers[name].size):
+            if isinstance(s, sympy.Symbol) and s.name not in bound:
+                w.line(f"{s.name} = {name}.shape[{d}]")
+                bound.add(s.name)
+    for s, hint in sorted(prog.symbols.items()):
+        if s not in bound and hint is not None:
+            w.line(f"{s} = {int(hint)}  # not an input size: its hint")
+            bound.add(s)
+    # every buffer lives on the inputs' device (programs traced on meta tensors may say "cpu")
+    w.line(f"device = pick_device({', '.join(n for n in prog.inputs)}{',' if len(prog.inputs) == 1 else ''})")
+    for name in prog.inputs:
+        buf = prog.buffers[name]
+        w.line(f"{name} = as_base({name}, {name!r}, torch.{buf.dtype}, {_shape(buf.size)}, {_shape(buf.stride)}, "
+               f"{_py(buf.offset)}, {_py(buf.storage_numel)})")
+    mems: set[str] = set()
+    for k, step in enumerate(scheduled.steps):
+        produced_by_extern = set(step.outputs) if isinstance(step, ExternNode) else set()
+        for b in plan.allocate_before.get(k, []):
+            buf = prog.buffers[b]
+            if b in alone and b in produced_by_extern:
+                continue  # bound to the extern call's result below
+            device = "device=device"
+            if b in alone:
+                w.line(f"{b} = torch.empty_strided({_shape(buf.size)}, {_shape(buf.stride)}, "
+                       f"dtype=torch.{buf.dtype}, {device})")
+                continue
+            a = plan.buffer_allocation[b]
+            if a not in mems:
+                w.line(f"{a} = torch.empty({_py(plan.allocations[a].nbytes)}, dtype=torch.uint8, {device})")
+                mems.add(a)
+            w.line(f"{b} = typed({a}, torch.{buf.dtype}, {_py(buf.storage_numel)})")
+        if isinstance(step, Kernel):
+            src = kernels[step.name]
+            args = src.buffers + src.symbols + [f"numel={_py(src.numel)}"]
+            if src.kind != "pointwise":
+                args.append(f"rnumel={_py(src.rnumel)}")
+            w.line(f"{step.name}({', '.join(args)})  # {src.kind}")
+        else:
+            _extern_call(w, step, prog, alone)
+        for b in plan.free_after.get(k, []):
+            if b in alone and b not in prog.inputs:
+                w.line(f"del {b}")
+    outs = []
+    for o in prog.outputs:
+        if isinstance(o, Constant):
+            outs.append(_literal(w, o.value))
+            continue
+        buf = prog.buffers[o]
+        if buf.is_input or o not in alone:
+            outs.append(f"view({o}, {_shape(buf.size)}, {_shape(buf.stride)}, {_py(buf.offset)})")
+        else:
+            outs.append(o)
+    w.line("return (" + "".join(f"{x}, " for x in outs) + ")")
+    return w
+
+
+def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str]) -> None:
+    def arg(a: Any) -> str:
+        if isinstance(a, TensorArg):
+            return f"view({a.buffer}, {_shape(a.size)}, {_shape(a.stride)}, {_py(a.offset)})"
+        if isinstance(a, (list, tuple)):
+            inner = [arg(x) for x in a]
+            return "[" + ", ".join(inner) + "]" if isinstance(a, list) else "(" + "".join(x + ", " for x in inner) + ")"
+        return _literal(w, a)
+
+    call_args = [arg(a) for a in step.args] + [f"{k}={arg(v)}" for k, v in step.kwargs.items()]
+    fn = w.op(step.op)
+    w.line(f"result = {fn}({', '.join(call_args)})  # {step.kind} {step.name}")
+    w.line("results = list(result) if isinstance(result, (tuple, list)) else [result]")
+    for i, b in enumerate(step.outputs):
+        buf = prog.buffers.get(b)
+        if buf is None:
+            raise CodegenError(f"extern call {step.name} writes {b}, which the program does not declare")
+        if b in alone:
+            w.line(f"{b} = conform(results[{i}], {_shape(buf.size)}, {_shape(buf.stride)})")
+        else:
+            w.line(f"view({b}, {_shape(buf.size)}, {_shape(buf.stride)}, {_py(buf.offset)}).copy_(results[{i}])")
