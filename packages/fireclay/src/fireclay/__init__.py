@@ -20,6 +20,7 @@ for _module, _dist in [
 ]:
     require_sibling("fireclay", __version__, _module, _dist)
 
+from fireclay import logs  # noqa: E402,F401  (reads FIRECLAY_LOG)
 from fireclay.api import OptimizedModule, compile  # noqa: E402
 from fireclay.backends import BackendNotFound, list_backends, lookup_backend, register_backend  # noqa: E402
 from fireclay.config import Config, config  # noqa: E402

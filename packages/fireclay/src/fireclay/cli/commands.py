@@ -10,7 +10,7 @@ import time
 
 import fireclay_ir as ir
 from fireclay.cli import CLIError
-from fireclay.cli.inputs import inputs_for, save_tensors, summarize
+from fireclay.cli.inputs import bind_weights, inputs_for, save_tensors, summarize
 
 SUFFIX = ".fcir.json"
 
@@ -71,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         from fireclay_loops.reference import run as run_scheduled
 
         values = inputs_for(program, args.inputs, args.seed)
-        outputs = tuple(run_scheduled(from_program(program), *values))
+        outputs = tuple(run_scheduled(from_program(program), *bind_weights(program, values)))
     else:
         values = inputs_for(program, args.inputs, args.seed)
         outputs = ir.interpret(program, *values)
@@ -119,10 +119,24 @@ def cmd_loops(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     scheduled = fireclay_loops.schedule(fireclay_loops.lower(program))
     elapsed = time.perf_counter() - start
-    _save(fireclay_loops.to_program(scheduled), args.output)
+    _save(carry_weights(program, fireclay_loops.to_program(scheduled)), args.output)
     print(scheduled.report())
     print(f"loops took {elapsed * 1e3:.1f} ms")
     return 0
+
+
+def carry_weights(aten: ir.Program, loops: ir.Program) -> ir.Program:
+    """Keep the aten program's parameters and buffers with the loops program (to_program makes
+    every input a user input), so that `fireclay run` can bind them as it does for aten."""
+    source, target = aten.main, loops.main
+    if len(source.inputs) != len(target.inputs):
+        return loops
+    for i, spec in enumerate(source.input_specs):
+        if spec.kind != "user":
+            target.input_specs[i] = spec
+            if spec.target in aten.weights:
+                loops.weights[spec.target] = aten.weights[spec.target]
+    return loops
 
 
 def _codegen(args: argparse.Namespace, backend: str) -> int:

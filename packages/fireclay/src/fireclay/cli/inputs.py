@@ -107,6 +107,23 @@ def user_inputs(program: Program) -> list:
     return [v for v, spec in zip(graph.inputs, graph.input_specs) if spec.kind == "user"]
 
 
+def bind_weights(program: Program, values: list[Any]) -> list[Any]:
+    """Every entry-graph input: ``values`` for the user inputs, weight data for the others."""
+    graph = program.main
+    given = iter(values)
+    bound = []
+    for v, spec in zip(graph.inputs, graph.input_specs):
+        if spec.kind == "user":
+            bound.append(next(given))
+            continue
+        weight = program.weights.get(spec.target)
+        if weight is None or weight.data is None:
+            raise InputSpecError(f"input %{v.name} is the {spec.kind} {spec.target!r}, but no data for it was "
+                                 "saved beside the program (its .fcir.safetensors file)")
+        bound.append(weight.data)
+    return bound
+
+
 def _size(dim: Any, program: Program) -> int:
     if isinstance(dim, int):
         return dim

@@ -87,13 +87,41 @@ def _generate(scheduled, language: str) -> list:
     return generate_kernels(scheduled)
 
 
+# The fields of a capture "tensor" guard, in the order fireclay-capture stores them.
+_TENSOR_FIELDS = ("type", "dtype", "device", "shape", "stride", "requires_grad", "dynamic dims")
+
+
+def guard_changes(before: Any, after: Any) -> list[str]:
+    """What differs between the tensor guards of two cache entries, input by input: the reason
+    the later entry was captured (``L['x'] shape (2, 3) -> (5, 3)``)."""
+    def tensors(guards: Any) -> dict[str, tuple]:
+        out = {}
+        for g in getattr(guards, "guards", []):
+            if g.kind == "tensor" and g.source is not None and isinstance(g.data, tuple):
+                try:
+                    where = g.source.expr({})
+                except Exception:
+                    where = str(g.source)
+                out[where] = g.data
+        return out
+
+    old, new = tensors(before), tensors(after)
+    changes = []
+    for where in old.keys() & new.keys():
+        for name, a, b in zip(_TENSOR_FIELDS, old[where], new[where]):
+            if a != b and name != "dynamic dims":
+                show = (lambda v: str(v).removeprefix("torch.")) if name == "dtype" else str
+                changes.append(f"{where} {name} {show(a)} -> {show(b)}")
+    return sorted(changes)
+
+
 class Recorder:
     """Records what ``fireclay.compile`` does; ``recorder.events()`` gives the report's data."""
 
     def __init__(self, inspect_stages: bool = True, title: str = "fireclay compile report"):
         self.inspect_stages = inspect_stages
         self._events = CompileEvents(title=title)
-        self._compiled: list[tuple[str, Any, list[str]]] = []  # (label, CapturedFunction, input signatures)
+        self._compiled: list[tuple[str, Any, dict[int, str]]] = []  # (label, CapturedFunction, inputs by program)
 
     def compile(self, model: Any = None, *, backend: Any = "fireclay", **kwargs: Any):
         """``fireclay.compile`` with recording; same arguments and result."""
@@ -102,7 +130,7 @@ class Recorder:
         if model is None:
             return lambda target: self.compile(target, backend=backend, **kwargs)
         label = getattr(model, "__qualname__", None) or type(model).__name__
-        signatures: list[str] = []
+        signatures: dict[int, str] = {}  # id(program) -> its example inputs, described
         # fireclay.api.compile, not fireclay.compile: inside recording() the latter is this method.
         result = fireclay.api.compile(model, backend=self._wrap(backend, label, signatures), **kwargs)
         captured = result._compiled if isinstance(result, fireclay.api.OptimizedModule) else result
@@ -110,7 +138,7 @@ class Recorder:
             self._compiled.append((label, captured, signatures))
         return result
 
-    def _wrap(self, backend: Any, label: str, signatures: list[str]) -> Callable[..., Any]:
+    def _wrap(self, backend: Any, label: str, signatures: dict[int, str]) -> Callable[..., Any]:
         from fireclay.backends import lookup_backend
 
         real = lookup_backend(backend)
@@ -122,14 +150,17 @@ class Recorder:
 
         def recorded(program: Program, example_inputs: list, options: dict | None = None):
             index = len(signatures)
-            signatures.append(describe_inputs(list(example_inputs)))
+            signatures[id(program)] = describe_inputs(list(example_inputs))
+            function = program.metadata.get("capture", {}).get("function", "")
+            # Code after a graph break is captured as its own resume function, through this backend.
+            shown = f"{label} → {function}" if function.startswith("resume") else label
             start = time.perf_counter()
             compiled = real(program, example_inputs, options=options) if takes_options else real(program, example_inputs)
-            self._events.time(f"backend {name}", time.perf_counter() - start, f"{label} #{index}")
+            self._events.time(f"backend {name}", time.perf_counter() - start, f"{shown} #{index}")
             if self.inspect_stages:
-                inspect_program(program, list(example_inputs), self._events, f"{label} #{index}")
+                inspect_program(program, list(example_inputs), self._events, f"{shown} #{index}")
             else:
-                self._events.graphs.append(GraphEntry(f"{label} #{index}: captured", "capture", program))
+                self._events.graphs.append(GraphEntry(f"{shown} #{index}: captured", "capture", program))
             return compiled
 
         if takes_options:
@@ -138,33 +169,58 @@ class Recorder:
         return lambda program, example_inputs: recorded(program, example_inputs)
 
     def events(self) -> CompileEvents:
-        """The events so far, with guards, eager frames and recompiles read from the caches."""
+        """The events so far, with guards, graph breaks and recompiles read from the caches."""
         ev = self._events
         ev.guards, ev.graph_breaks, ev.recompiles = [], [], []
+        seen: set[int] = set()
         for label, captured, signatures in self._compiled:
-            cache = getattr(captured, "cache", None)
-            if cache is None:
-                continue
-            compiled_seen = 0
-            for i, entry in enumerate(cache.entries):
-                ev.guards.append(GuardEntry(label, i, getattr(entry.guards, "source", str(entry.guards))))
-                if entry.compiled is None and entry.reason:
-                    m = _LOCATION.search(entry.reason)
-                    ev.graph_breaks.append(GraphBreak(label, entry.reason, m and m["file"], m and int(m["line"]),
-                                                      m and m["text"]))
-                if i > 0:
-                    seen = signatures[compiled_seen] if entry.program is not None and compiled_seen < len(signatures) \
-                        else "a call"
-                    ev.recompiles.append(Recompile(label, i, f"the guards of entries 0..{i - 1} rejected {seen}"))
-                if entry.program is not None:
-                    compiled_seen += 1
-        ev.not_recorded.pop("graph_breaks", None)
+            self._harvest(ev, label, captured, signatures, seen)
         ev.notes = [n for n in ev.notes if not n.startswith("graph breaks:")]
-        ev.notes.append("graph breaks: this version of fireclay-capture runs a whole frame eagerly where it "
-                        "cannot trace it; breaks that split a frame into several graphs are not recorded yet.")
+        if not _capture_splits_frames():
+            ev.notes.append("graph breaks: this version of fireclay-capture runs a whole frame eagerly where it "
+                            "cannot trace it; breaks that split a frame into several graphs are not recorded.")
         if not self._compiled:
             ev.not_recorded["guards"] = "no fireclay.compile call was recorded"
+        ev.not_recorded["capture_time"] = ("capture's own time (fireclay.compile has no hook for it yet; "
+                                           "the first call's time includes it)")
+        ev.time_notes = ["'backend NAME' is the time the chosen backend took to prepare each graph (some "
+                         "backends compile lazily, at the first call)."]
+        if self.inspect_stages:
+            ev.time_notes.append("autograd, loops, cpp and triton times come from the report's own pass over "
+                                 "each captured graph; kernels are generated as source, not built.")
         return ev
+
+    def _harvest(self, ev: CompileEvents, label: str, captured: Any, signatures: dict, seen: set[int]) -> None:
+        """One captured function's cache, then the resume functions its graph breaks made."""
+        cache = getattr(captured, "cache", None)
+        if cache is None or id(captured) in seen:
+            return
+        seen.add(id(captured))
+        for i, entry in enumerate(cache.entries):
+            ev.guards.append(GuardEntry(label, i, getattr(entry.guards, "source", str(entry.guards))))
+            plan = getattr(entry, "graph_break", None)
+            if plan is not None:
+                loc = getattr(plan, "location", None) or {}
+                ev.graph_breaks.append(GraphBreak(label, plan.reason, loc.get("file"), loc.get("line"),
+                                                  loc.get("text") or None))
+                for resume in getattr(plan, "resumes", {}).values():
+                    name = getattr(getattr(resume, "code", None), "co_name", "resume")
+                    self._harvest(ev, f"{label} → {name}", resume, signatures, seen)
+            elif entry.compiled is None and entry.reason:
+                m = _LOCATION.search(entry.reason)
+                ev.graph_breaks.append(GraphBreak(label, entry.reason, m and m["file"], m and int(m["line"]),
+                                                  m and m["text"]))
+            if i > 0:
+                inputs = signatures.get(id(entry.program), "a call")
+                changed = guard_changes(cache.entries[i - 1].guards, entry.guards)
+                why = "; ".join(changed) if changed else f"no earlier entry's guards accepted {inputs}"
+                ev.recompiles.append(Recompile(label, i, f"{why} (inputs {inputs})"))
+
+
+def _capture_splits_frames() -> bool:
+    from fireclay_capture.cache import CacheEntry
+
+    return "graph_break" in getattr(CacheEntry, "__dataclass_fields__", {})
 
 
 @contextlib.contextmanager

@@ -74,6 +74,7 @@ class CompileEvents:
     schedules: list[tuple[str, str]] = field(default_factory=list)  # (graph title, schedule report)
     not_recorded: dict[str, str] = field(default_factory=dict)  # section -> why
     notes: list[str] = field(default_factory=list)
+    time_notes: list[str] = field(default_factory=list)  # how the times were measured
 
     def time(self, stage: str, seconds: float, note: str = "") -> None:
         self.stage_times.append(StageTime(stage, seconds, note))

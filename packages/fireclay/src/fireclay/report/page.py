@@ -28,6 +28,7 @@ table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:3px 8px;text-
 .bar{background:#e8743b;height:10px}.not-recorded{color:#8a5a00;background:#fff6df;padding:6px 10px}
 .svgwrap{overflow:auto;border:1px solid #eee;max-height:720px}
 svg.graph .edge{fill:none;stroke:#9aa0a6;stroke-width:1.3}
+svg.graph .edge.order{stroke-dasharray:4 3}
 svg.graph .edge.lit{stroke:#e8743b;stroke-width:2.5}
 svg.graph rect{fill:#fff;stroke:#5f6368}svg.graph .input rect{fill:#e3f2fd}
 svg.graph .output rect{fill:#e8f5e9}svg.graph .lit rect{stroke:#e8743b;stroke-width:2}
@@ -84,7 +85,8 @@ def _times(events: CompileEvents) -> str:
                    for s, sec in total.items())
     detail = "".join(f"<tr><td>{escape(t.stage)}</td><td>{t.seconds * 1e3:.1f} ms</td><td>{escape(t.note)}</td></tr>"
                      for t in events.stage_times)
-    return (f"<table><tr><th>stage</th><th>total</th><th></th></tr>{rows}</table>"
+    notes = "".join(f"<p>{escape(n)}</p>" for n in events.time_notes) + _not_recorded(events, "capture_time")
+    return (f"<table><tr><th>stage</th><th>total</th><th></th></tr>{rows}</table>{notes}"
             f"<details><summary>each step</summary><table>{detail}</table></details>")
 
 

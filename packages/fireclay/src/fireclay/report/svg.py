@@ -29,6 +29,7 @@ class Box:
     kind: str  # "input", "op" or "output"
     hover: str = ""
     preds: list[int] = field(default_factory=list)
+    after: int | None = None  # the previous effect-only node: runs before this one
     layer: int = 0
     x: float = 0.0
     y: float = 0.0
@@ -45,6 +46,7 @@ def boxes_of(graph: Graph) -> list[Box]:
     """One box per graph input, per node and one for the outputs, with their predecessors."""
     boxes: list[Box] = []
     index: dict[int, int] = {}  # id(Value) -> box producing it
+    last_effect: int | None = None
     for v in graph.inputs:
         index[id(v)] = len(boxes)
         boxes.append(Box(f"in:{v.name}", v.name, type_text(v.type), "input", hover=f"input %{v.name}"))
@@ -55,10 +57,19 @@ def boxes_of(graph: Graph) -> list[Box]:
         hover = node.op
         if src.get("file") or src.get("code"):
             hover += f"\n{src.get('file', '?')}:{src.get('line', '?')}: {src.get('code', '')}".rstrip()
-        box = Box(f"node:{me}", node.target, outs, "op", hover=hover)
+        title = node.target
+        if isinstance(node.kwargs.get("name"), str):  # loops kernels and extern calls are named
+            title += f" {node.kwargs['name']}"
+        box = Box(f"node:{me}", title, outs, "op", hover=hover)
         box.preds = sorted({index[id(v)] for v in node.inputs() if id(v) in index})
         for o in node.outputs:
             index[id(o)] = me
+        if not node.outputs:
+            # Effect-only nodes (loops kernels writing buffers) are ordered by the program,
+            # not by values: draw that order as a dashed edge and lay them out along it.
+            if last_effect is not None and last_effect not in box.preds:
+                box.after = last_effect
+            last_effect = me
         boxes.append(box)
     out = Box("output", "output", f"{len(graph.outputs)} value(s)", "output", hover="graph outputs")
     out.preds = sorted({index[id(v)] for v in iter_values(graph.outputs) if id(v) in index})
@@ -69,8 +80,13 @@ def boxes_of(graph: Graph) -> list[Box]:
 def layout(boxes: list[Box]) -> tuple[float, float]:
     """Assign layers and coordinates in place; returns the drawing's (width, height)."""
     for b in boxes:  # boxes are in topological order
-        b.layer = max((boxes[p].layer + 1 for p in b.preds), default=0)
+        before = b.preds + ([b.after] if b.after is not None else [])
+        b.layer = max((boxes[p].layer + 1 for p in before), default=0)
         b.width = max(len(b.title), len(b.subtitle)) * CHAR_W + 16
+    # The outputs go last even when they read values made early (loops buffers, inputs).
+    for b in boxes:
+        if b.kind == "output":
+            b.layer = max((o.layer + 1 for o in boxes if o.kind != "output"), default=0)
     depth = max((b.layer for b in boxes), default=0) + 1
     layers: list[list[int]] = [[] for _ in range(depth)]
     for i, b in enumerate(boxes):
@@ -109,12 +125,13 @@ def graph_svg(graph: Graph, dom_id: str) -> str:
              f'width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
              f'role="img" aria-label="graph {escape(graph.name)}">']
     for i, b in enumerate(boxes):
-        for p in b.preds:
+        edges = [(p, "edge") for p in b.preds] + ([(b.after, "edge order")] if b.after is not None else [])
+        for p, cls in edges:
             a = boxes[p]
             x1, y1 = a.x + a.width / 2, a.y + BOX_H
             x2, y2 = b.x + b.width / 2, b.y
             mid = (y1 + y2) / 2
-            parts.append(f'<path class="edge" data-from="{p}" data-to="{i}" '
+            parts.append(f'<path class="{cls}" data-from="{p}" data-to="{i}" '
                          f'd="M{x1:.1f},{y1:.1f} C{x1:.1f},{mid:.1f} {x2:.1f},{mid:.1f} {x2:.1f},{y2:.1f}"/>')
     for i, b in enumerate(boxes):
         parts.append(f'<g class="node {b.kind}" data-index="{i}" transform="translate({b.x:.1f},{b.y:.1f})">'
