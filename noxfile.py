@@ -99,8 +99,8 @@ def _install_everything(session: nox.Session, *extra: str) -> None:
 @nox.session
 def integration(session: nox.Session) -> None:
     """All packages together: end-to-end tests over real models, for correctness."""
-    _install_everything(session, "pytest", "hypothesis", "transformers>=4.40")
-    _pytest(session, str(ROOT / "integration_tests"))
+    _install_everything(session, "pytest", "pytest-xdist", "hypothesis", "transformers>=4.40")
+    _pytest(session, "-n", "2", str(ROOT / "integration_tests"))
 
 
 @nox.session

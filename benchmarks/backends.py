@@ -1,0 +1,156 @@
+"""The backend table: backend name -> how to make a compiled callable from a model.
+
+    eager            the model itself (the oracle and the speed baseline)
+    inductor         torch.compile(model): TorchDynamo + AOTAutograd + Inductor, torch's own stack
+    torch-NAME       torch.compile(model, backend="NAME"), any registered TorchDynamo backend
+                     (torch-aot_eager, torch-eager, ...): baselines for each fireclay stage
+    fireclay         fireclay.compile(model), the default fireclay pipeline
+    fireclay-NAME    fireclay.compile(model, backend="NAME") (fireclay-eager, fireclay-inductor, ...)
+    dynamo-fireclay  torch.compile(model, backend="fireclay"): torch's capture, fireclay's stages
+
+A backend that cannot run here (fireclay.compile not written yet, no such dynamo backend) is
+reported per cell as "unavailable" with the reason; it never stops a run.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from benchmarks.models import Inputs
+
+
+@dataclass(frozen=True)
+class GraphCounts:
+    graphs: int | None
+    breaks: int | None
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One column of the benchmark.
+
+    `unavailable()` gives the reason the backend cannot run here, or None. `compile(model)` returns
+    the callable to run (it may compile lazily, on its first call). `reset()` forgets every
+    compiled artifact held in memory, so that the next compile is a "warm" one: in-process state
+    gone, on-disk caches kept. `start_counting()` / `counts(...)` give graph and break counts of the
+    compiles since the last `start_counting()`. `cache_env` names the environment variables that
+    point the backend's on-disk caches somewhere, for the cold-compile measurement.
+    """
+
+    name: str
+    unavailable: Callable[[], str | None]
+    compile: Callable[[torch.nn.Module], Callable]
+    reset: Callable[[], None] = lambda: None
+    start_counting: Callable[[], None] = lambda: None
+    counts: Callable[[torch.nn.Module, Inputs], GraphCounts] = lambda model, inputs: GraphCounts(None, None)
+    cache_env: tuple[str, ...] = ()
+
+    @property
+    def is_eager(self) -> bool:
+        return self.name == "eager"
+
+
+# On-disk caches of torch's stack (Triton's own cache is pointed inside Inductor's as well).
+TORCH_CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+FIRECLAY_CACHE_ENV = ("FIRECLAY_CACHE_DIR",)
+ALL_CACHE_ENV = TORCH_CACHE_ENV + FIRECLAY_CACHE_ENV
+
+
+def _eager() -> Backend:
+    return Backend("eager", unavailable=lambda: None, compile=lambda model: model)
+
+
+def _dynamo_reset() -> None:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+
+
+def _dynamo_start_counting() -> None:
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+
+
+def _dynamo_counts(model, inputs) -> GraphCounts:
+    from torch._dynamo.utils import counters
+
+    # unique_graphs counts every graph Dynamo handed to the backend; graph_break holds one entry
+    # per distinct break reason with the number of times it was hit.
+    return GraphCounts(int(counters["stats"]["unique_graphs"]), int(sum(counters["graph_break"].values())))
+
+
+def _torch_compile(name: str, dynamo_backend: str) -> Backend:
+    def unavailable() -> str | None:
+        import torch._dynamo
+
+        if dynamo_backend not in torch._dynamo.list_backends(exclude_tags=()):
+            return f"torch.compile has no backend named {dynamo_backend!r} in this environment"
+        return None
+
+    return Backend(name, unavailable=unavailable,
+                   compile=lambda model: torch.compile(model, backend=dynamo_backend),
+                   reset=_dynamo_reset, start_counting=_dynamo_start_counting, counts=_dynamo_counts,
+                   cache_env=ALL_CACHE_ENV)
+
+
+def _fireclay_module():
+    return importlib.import_module("fireclay")
+
+
+def _fireclay(name: str, variant: str | None) -> Backend:
+    def unavailable() -> str | None:
+        try:
+            fireclay = _fireclay_module()
+        except ImportError as error:
+            return f"fireclay does not import: {error}"
+        if not callable(getattr(fireclay, "compile", None)):
+            return "not available yet (fireclay.compile does not exist)"
+        list_backends = getattr(fireclay, "list_backends", None)
+        if variant is not None and callable(list_backends) and variant not in list_backends():
+            return f"fireclay has no backend named {variant!r} (fireclay.list_backends(): {list_backends()})"
+        return None
+
+    def compile(model):
+        fireclay = _fireclay_module()
+        return fireclay.compile(model) if variant is None else fireclay.compile(model, backend=variant)
+
+    def reset() -> None:
+        reset_fn = getattr(_fireclay_module(), "reset", None)
+        if callable(reset_fn):
+            reset_fn()
+
+    def counts(model, inputs) -> GraphCounts:
+        explain = getattr(_fireclay_module(), "explain", None)
+        if not callable(explain):
+            return GraphCounts(None, None)
+        # fireclay.explain follows torch._dynamo.explain: explain(fn)(*args, **kwargs) returns a
+        # report with graph_count and graph_break_count (or break_count).
+        report = explain(model)(*inputs.args, **inputs.kwargs)
+        breaks = getattr(report, "graph_break_count", getattr(report, "break_count", None))
+        return GraphCounts(getattr(report, "graph_count", None), breaks)
+
+    return Backend(name, unavailable=unavailable, compile=compile, reset=reset, counts=counts,
+                   cache_env=FIRECLAY_CACHE_ENV + TORCH_CACHE_ENV)
+
+
+def get_backend(name: str) -> Backend:
+    """The backend called `name` (see the module docstring for the names understood)."""
+    if name == "eager":
+        return _eager()
+    if name == "inductor":
+        return _torch_compile(name, "inductor")
+    if name.startswith("torch-") and len(name) > len("torch-"):
+        return _torch_compile(name, name[len("torch-"):])
+    if name == "dynamo-fireclay":
+        return _torch_compile(name, "fireclay")
+    if name == "fireclay":
+        return _fireclay(name, None)
+    if name.startswith("fireclay-") and len(name) > len("fireclay-"):
+        return _fireclay(name, name[len("fireclay-"):])
+    raise KeyError(f"unknown backend {name!r}: use eager, inductor, torch-<dynamo backend>, fireclay, "
+                   "fireclay-<fireclay backend> or dynamo-fireclay")

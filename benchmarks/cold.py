@@ -1,0 +1,52 @@
+"""Cold compile time of one model on one backend, measured in this fresh process.
+
+The parent (benchmarks.runner) starts `python -m benchmarks.cold ...` with every cache
+directory variable (TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR, FIRECLAY_CACHE_DIR) pointed at a
+new empty temporary directory. Here: build the model and its inputs (not timed; imports of torch
+and transformers are not timed either), then time the first call of the compiled model, which
+includes capture, compile and one run. The last line of stdout is a JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from benchmarks.backends import get_backend
+from benchmarks.measure import MODES, Step, fresh_copy, timed
+from benchmarks.models import PRESETS, get_model
+from benchmarks.runner import TIMING_SEED
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--preset", choices=PRESETS, default="small")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--mode", choices=MODES, default="inference")
+    parser.add_argument("--threads", type=int)
+    args = parser.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    report: dict = {"model": args.model, "backend": args.backend, "cold_compile_s": None, "error": None}
+    try:
+        built = get_model(args.model).build(args.preset)
+        backend = get_backend(args.backend)
+        reason = backend.unavailable()
+        if reason:
+            raise RuntimeError(reason)
+        inputs = built.inputs(TIMING_SEED, args.device)
+        model = fresh_copy(built.module, args.device)
+        step = Step(backend.compile(model), model, args.mode)
+        report["cold_compile_s"], _ = timed(lambda: step(inputs), args.device)
+    except Exception as error:
+        report["error"] = f"{type(error).__name__}: {str(error).strip()[:300]}"
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""Hand-written models and micro-benchmarks: small, with no library beyond torch."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmarks.models.spec import BuiltModel, Inputs, ModelSpec
+
+
+def _randn(seed: int, *shape: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator)
+
+
+class MLP(nn.Module):
+    def __init__(self, width: int, depth: int, classes: int):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for _ in range(depth):
+            layers += [nn.Linear(width, width), nn.GELU()]
+        self.body = nn.Sequential(*layers)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def _mlp(preset: str) -> BuiltModel:
+    width, depth, batch = (256, 4, 64) if preset == "small" else (2048, 8, 512)
+    model = MLP(width, depth, 10)
+    return BuiltModel(model, lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else batch, width),)))
+
+
+class ConvBNNet(nn.Module):
+    """A small VGG-like CNN: conv / batch norm / ReLU stages, pooling, a linear classifier."""
+
+    def __init__(self, channels: tuple[int, ...], classes: int):
+        super().__init__()
+        stages: list[nn.Module] = []
+        previous = 3
+        for width in channels:
+            stages += [nn.Conv2d(previous, width, 3, padding=1, bias=False), nn.BatchNorm2d(width),
+                       nn.ReLU(), nn.MaxPool2d(2)]
+            previous = width
+        self.features = nn.Sequential(*stages)
+        self.classifier = nn.Linear(previous, classes)
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1))
+
+
+def _cnn_bn(preset: str) -> BuiltModel:
+    channels, batch, size = ((16, 32, 64), 8, 32) if preset == "small" else ((64, 128, 256, 512), 64, 128)
+    model = ConvBNNet(channels, 10)
+    return BuiltModel(model, lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else batch, 3, size, size),)))
+
+
+class TransformerBlock(nn.Module):
+    """A pre-norm decoder block: causal multi-head attention and a GELU MLP, both residual."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1 = nn.LayerNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.proj = nn.Linear(hidden, hidden)
+        self.norm2 = nn.LayerNorm(hidden)
+        self.fc1 = nn.Linear(hidden, 4 * hidden)
+        self.fc2 = nn.Linear(4 * hidden, hidden)
+
+    def forward(self, x):
+        batch, seq, hidden = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(hidden, dim=-1)
+        q, k, v = (t.view(batch, seq, self.heads, hidden // self.heads).transpose(1, 2) for t in (q, k, v))
+        attention = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attention.transpose(1, 2).reshape(batch, seq, hidden))
+        return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
+
+
+def _transformer_block(preset: str) -> BuiltModel:
+    hidden, heads, batch, seq = (128, 4, 4, 64) if preset == "small" else (1024, 16, 16, 512)
+    model = TransformerBlock(hidden, heads)
+    return BuiltModel(model, lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else batch,
+                                                               4 if tiny else seq, hidden),)))
+
+
+class LayerNormOnly(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+def _layernorm(preset: str) -> BuiltModel:
+    rows, hidden = (4096, 256) if preset == "small" else (65536, 1024)
+    return BuiltModel(LayerNormOnly(hidden),
+                      lambda seed, tiny: Inputs((_randn(seed, 8 if tiny else rows, hidden),)))
+
+
+class ScaledSoftmax(nn.Module):
+    """softmax(x * scale) over the last dim: attention-score shaped; the scale gives it a parameter."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.tensor(0.125))
+
+    def forward(self, x):
+        return torch.softmax(x * self.scale, dim=-1)
+
+
+def _softmax(preset: str) -> BuiltModel:
+    heads, seq = (16, 128) if preset == "small" else (256, 1024)
+    return BuiltModel(ScaledSoftmax(),
+                      lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else heads, 8 if tiny else seq,
+                                                        8 if tiny else seq),)))
+
+
+class PointwiseChain(nn.Module):
+    """A bias-GELU-residual-dropout-free chain of pointwise ops: what fusion should make one kernel."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(hidden) * 0.1)
+        self.gate = nn.Parameter(torch.ones(hidden))
+
+    def forward(self, x, residual):
+        y = F.gelu(x + self.bias) * self.gate
+        return torch.tanh(y + residual) * 0.5 + torch.sigmoid(residual) * 0.5
+
+
+def _pointwise(preset: str) -> BuiltModel:
+    rows, hidden = (4096, 256) if preset == "small" else (65536, 1024)
+
+    def inputs(seed: int, tiny: bool) -> Inputs:
+        count = 8 if tiny else rows
+        return Inputs((_randn(seed, count, hidden), _randn(seed + 1, count, hidden)))
+
+    return BuiltModel(PointwiseChain(hidden), inputs)
+
+
+MODELS = [
+    ModelSpec("mlp", "hand-written", _mlp, description="4 Linear+GELU layers and a head"),
+    ModelSpec("cnn_bn", "hand-written", _cnn_bn, description="conv/BatchNorm/ReLU/pool stages, linear head"),
+    ModelSpec("transformer_block", "hand-written", _transformer_block,
+              description="pre-norm causal attention (SDPA) + GELU MLP"),
+    ModelSpec("layernorm", "micro", _layernorm, description="nn.LayerNorm over rows"),
+    ModelSpec("softmax", "micro", _softmax, description="softmax(x * scale) over attention-shaped scores"),
+    ModelSpec("pointwise_chain", "micro", _pointwise, description="bias, GELU, tanh, sigmoid: one fusable chain"),
+]

@@ -1,0 +1,190 @@
+"""The benchmark harness measures what it claims: wrong backends are caught, failures are
+reported without stopping the run, and a run writes its JSON and Markdown results."""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+
+import pytest
+import torch
+
+from benchmarks import run
+from benchmarks.backends import Backend, get_backend
+from benchmarks.measure import compare, peak_memory, relative_error
+from benchmarks.models import get_model
+from benchmarks.report import geomean, markdown
+from benchmarks.runner import Options, bench_model
+
+
+@pytest.mark.parametrize(("result", "expected"), [
+    (torch.tensor([1.0, 2.0]), 0.0),
+    (torch.tensor([1.0, 2.1]), 0.05),
+    (torch.tensor([1.0, float("nan")]), math.inf),
+    (torch.tensor([1.0, 2.0, 3.0]), math.inf),
+])
+def test_relative_error(result, expected):
+    assert relative_error(result, torch.tensor([1.0, 2.0])) == pytest.approx(expected)
+
+
+def test_relative_error_is_scale_free():
+    reference = torch.randn(100) * 1e-6
+    assert relative_error(reference * 1.01, reference) == pytest.approx(0.01, rel=1e-3)
+
+
+def test_compare_treats_missing_and_zero_gradients_alike_but_not_outputs():
+    zero, one = torch.zeros(3), torch.ones(3)
+    assert compare([("grad w", zero)], [("grad w", None)], 1e-3).passed
+    assert not compare([("grad w", one)], [("grad w", None)], 1e-3).passed
+    assert not compare([("output[0]", zero)], [("output[0]", None)], 1e-3).passed
+    assert not compare([("output[0]", one.double())], [("output[0]", one)], 1e-3).passed
+
+
+def test_geomean():
+    assert geomean([1.0, 4.0, None]) == pytest.approx(2.0)
+    assert geomean([]) is None
+
+
+def test_cpu_peak_memory_sees_tensors():
+    if not os.path.exists("/proc/self/clear_refs"):
+        pytest.skip("peak RSS needs Linux's /proc")
+    with peak_memory("cpu") as memory:
+        blocks = [torch.ones(256, 1024) for _ in range(16)]  # 16 MiB alive at once
+    del blocks
+    assert memory["peak_mb"] is None or 12 <= memory["peak_mb"] <= 64
+
+
+class _ScaleGradient(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def _custom(name: str, wrap) -> Backend:
+    return Backend(name, unavailable=lambda: None, compile=wrap)
+
+
+def _raises(model):
+    def call(*args, **kwargs):
+        raise RuntimeError("this backend cannot compile anything")
+
+    return call
+
+
+def _frozen_statistics(model):
+    # Runs the module on copies of its buffers: BatchNorm's running statistics never move.
+    def call(*args, **kwargs):
+        buffers = {name: b.clone() for name, b in model.named_buffers()}
+        params = dict(model.named_parameters())
+        return torch.func.functional_call(model, {**params, **buffers}, args, kwargs)
+
+    return call
+
+
+WRONG_BACKENDS = {
+    "off-by-a-bit": lambda model: (lambda *a, **k: model(*a, **k) * 1.01),
+    "wrong-gradient": lambda model: (lambda *a, **k: _ScaleGradient.apply(model(*a, **k))),
+    "frozen-statistics": _frozen_statistics,
+}
+FAST = Options(repeats=2, metrics=("accuracy", "speed", "memory", "overhead", "warm", "counts"))
+
+
+@pytest.mark.parametrize(("backend_name", "mode", "caught_at"), [
+    ("off-by-a-bit", "inference", "output"),
+    ("off-by-a-bit", "training", ""),
+    ("wrong-gradient", "training", "grad"),
+    ("frozen-statistics", "training", "buffer"),
+])
+def test_wrong_backends_are_reported_inaccurate(backend_name, mode, caught_at):
+    options = Options(mode=mode, repeats=2, metrics=("accuracy",))
+    cells = bench_model(get_model("cnn_bn"), [get_backend("eager"), _custom(backend_name,
+                                                                           WRONG_BACKENDS[backend_name])], options)
+    eager, wrong = cells
+    assert eager.status == "pass" and eager.max_error == 0.0
+    assert wrong.status == "inaccurate", wrong
+    assert wrong.worst_tensor.startswith(caught_at), wrong.worst_tensor
+
+
+def test_failing_and_unavailable_backends_do_not_stop_the_others():
+    unavailable = Backend("missing", unavailable=lambda: "not installed here", compile=lambda m: m)
+    backends = [get_backend("eager"), _custom("raises", _raises), unavailable, _custom("identity", lambda m: m)]
+    cells = {c.backend: c for c in bench_model(get_model("mlp"), backends, FAST)}
+    assert cells["raises"].status == "error" and "cannot compile anything" in cells["raises"].reason
+    assert cells["missing"].status == "unavailable" and cells["missing"].reason == "not installed here"
+    identity = cells["identity"]
+    assert identity.status == "pass" and identity.time_ms > 0 and identity.speedup > 0
+    assert identity.tiny_ms > 0 and identity.warm_compile_s is not None and identity.overhead_us is not None
+    text = markdown({"suite": "t", "mode": "inference", "device": "cpu", "preset": "small", "date": "d",
+                     "command": "c", "repeats": 2, "environment": {"git_commit": None, "gpu": None, "cpu": "x",
+                                                                   "cpu_count": 2, "torch_threads": 1,
+                                                                   "versions": {}}},
+                    list(cells.values()), list(cells))
+    assert "| raises | 0/1 | 0 | 1 | 0 |" in text
+    assert "**missing** on mlp (unavailable): not installed here" in text
+
+
+def test_a_model_that_cannot_build_is_reported_not_raised():
+    spec = get_model("mlp")
+    broken = type(spec)("broken", "hand-written", lambda preset: (_ for _ in ()).throw(ValueError("no config")))
+    cells = bench_model(broken, [get_backend("eager"), get_backend("inductor")], FAST)
+    assert [c.status for c in cells] == ["error", "error"]
+    assert "no config" in cells[0].reason
+
+
+def test_unknown_backend_names_are_refused():
+    with pytest.raises(KeyError, match="unknown backend"):
+        get_backend("tvm-please")
+
+
+def test_fireclay_cell_says_why_it_is_missing():
+    reason = get_backend("fireclay").unavailable()
+    try:
+        import fireclay
+    except ImportError:
+        assert reason.startswith("fireclay does not import")
+        return
+    if callable(getattr(fireclay, "compile", None)):
+        assert reason is None
+    else:
+        assert "not available yet" in reason
+
+
+def test_run_writes_json_and_markdown(tmp_path, capsys):
+    # torch-eager (TorchDynamo capture, no compiler) keeps the cold-compile process cheap.
+    code = run.main(["--models", "layernorm", "--backends", "eager,torch-eager,fireclay-nonesuch",
+                     "--suite", "micro", "--repeats", "2", "--threads", "1", "--out", str(tmp_path)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "[1/1] layernorm" in printed
+    (json_path,) = glob.glob(str(tmp_path / "cpu-micro-inference-small-*.json"))
+    (md_path,) = glob.glob(str(tmp_path / "cpu-micro-inference-small-*.md"))
+    results = json.load(open(json_path))
+    cells = {c["backend"]: c for c in results["cells"]}
+    assert cells["eager"]["status"] == "pass" and cells["torch-eager"]["status"] == "pass"
+    assert cells["torch-eager"]["cold_compile_s"] > 0, cells["torch-eager"]["notes"]
+    assert cells["torch-eager"]["graphs"] == 1 and cells["torch-eager"]["breaks"] == 0
+    assert cells["fireclay-nonesuch"]["status"] == "unavailable"
+    assert [row["backend"] for row in results["summary"]] == ["eager", "torch-eager", "fireclay-nonesuch"]
+    assert results["meta"]["environment"]["versions"]["torch"]
+    assert "## Summary" in open(md_path).read()
+
+
+def test_run_refuses_unknown_models(tmp_path, capsys):
+    assert run.main(["--models", "nonesuch", "--out", str(tmp_path)]) == 2
+    assert "unknown model" in capsys.readouterr().err
+
+
+def test_isolated_run_reads_back_the_cells_of_each_model(tmp_path):
+    code = run.main(["--models", "softmax", "--backends", "eager,fireclay-x",
+                     "--isolate", "--skip", "cold,warm,overhead,memory", "--repeats", "2", "--out", str(tmp_path)])
+    assert code == 0
+    (json_path,) = glob.glob(str(tmp_path / "*.json"))
+    cells = {c["backend"]: c for c in json.load(open(json_path))["cells"]}
+    assert cells["eager"]["status"] == "pass" and cells["eager"]["time_ms"] > 0
+    assert cells["fireclay-x"]["status"] == "unavailable"
