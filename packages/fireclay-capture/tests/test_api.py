@@ -63,7 +63,21 @@ def test_fullgraph_error_names_file_line_source_and_reason():
     assert "data-dependent" in message
 
 
-def test_without_fullgraph_the_frame_runs_eagerly():
+def test_without_fullgraph_the_frame_breaks_at_the_branch():
+    cf = capture(data_dependent)
+    for _ in range(6):
+        x = torch.randn(4)
+        torch.testing.assert_close(cf(x), data_dependent(x))
+    # One graph up to the branch; the two resume functions after it hold no op or one negation.
+    assert (cf.stats.captures, cf.stats.fallbacks) == (1, 0)
+    assert cf.break_count() == 1
+    assert "data-dependent" in cf.cache.entries[0].graph_break.reason
+
+
+def test_without_graph_breaks_the_frame_runs_eagerly(monkeypatch):
+    from fireclay_capture import config
+
+    monkeypatch.setattr(config, "graph_breaks", False)
     cf = capture(data_dependent)
     for _ in range(3):
         x = torch.randn(4)
@@ -219,7 +233,8 @@ def test_captured_function_called_from_captured_code_is_inlined():
         "torch::Tensor.cos", "torch::operator.mul", "torch::operator.add"]
 
 
-def test_unsupported_keeps_the_frame_state_for_graph_breaks():
+def test_unsupported_keeps_the_frame_state_for_graph_breaks(monkeypatch):
+    from fireclay_capture import config
     from fireclay_capture.api import CapturedFunction
     from fireclay_capture.errors import Unsupported
 
@@ -228,6 +243,7 @@ def test_unsupported_keeps_the_frame_state_for_graph_breaks():
         print(y)
         return y
 
+    monkeypatch.setattr(config, "graph_breaks", False)
     cf = CapturedFunction(f, "eager", fullgraph=False, dynamic=None)
     seen = {}
     original = cf._fallback

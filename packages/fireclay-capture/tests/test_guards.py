@@ -259,7 +259,8 @@ def test_adding_a_hook_to_a_submodule_recaptures():
     cf(x)
     m.lin.register_forward_hook(lambda mod, inp, out: out * 0)
     torch.testing.assert_close(cf(x), m(x))
-    assert (cf.stats.captures, cf.stats.fallbacks) == (1, 1)
+    # The hooked submodule is called in plain Python at a graph break.
+    assert (cf.stats.captures, cf.stats.fallbacks, cf.break_count()) == (2, 0, 1)
 
 
 class Recorder:

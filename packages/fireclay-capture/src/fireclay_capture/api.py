@@ -17,8 +17,10 @@ from fireclay_capture import config
 from fireclay_capture.backends import lookup_backend
 from fireclay_capture.cache import CacheEntry, CaptureStats, CodeCache
 from fireclay_capture.errors import CaptureError, NeedsFakeTensors, Unsupported, format_location
+from fireclay_capture.graph_break import plan_break
 from fireclay_capture.interpreter import Frame
 from fireclay_capture.outputs import attribute_writes, output_spec
+from fireclay_capture.resume import resume_function_for
 from fireclay_capture.sources import ConstSource, LocalSource
 from fireclay_capture.tracer import Tracer
 from fireclay_capture.variables.base import CellVar
@@ -70,6 +72,10 @@ class CapturedFunction:
         params = list(self._signature.parameters.values())
         self._names = [p.name for p in params]
         self._simple = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        # Functions this one reaches after its graph breaks, each captured on its own: resume
+        # functions by (offset, stack layout) under their BreakPlan, callees by function.
+        self._callees: dict = {}
+        self.children: list[CapturedFunction] = []
         functools.update_wrapper(self, self.fn, updated=())
 
     # -- calling
@@ -154,17 +160,38 @@ class CapturedFunction:
             spec = output_spec(tx.graph, result, tx.shapes)
             writes = attribute_writes(tx, tx.graph)
             program = tx.program()
+            plan = None
         except NeedsFakeTensors:
             self._leave_contexts(tx, prior_grad)
             if fake_tensors:  # pragma: no cover - fake tensors never ask for themselves
                 raise
             return self._capture(L, fake_tensors=True)
         except Unsupported as e:
-            self._leave_contexts(tx, prior_grad)
             if e.location is None and tx.frames == [] and "frame" in locals():
                 e.location = tx.location(frame)  # failed on the return value
-            torch.set_grad_enabled(prior_grad)
-            return self._fallback(tx, e)
+            plan = None
+            if not self.fullgraph and "frame" in locals() and config.graph_breaks:
+                try:
+                    plan = plan_break(tx, frame, e)
+                    writes = attribute_writes(tx, tx.graph)
+                    program = tx.program()
+                    spec = None
+                except Exception as why:  # Unsupported, or a fault of the break machinery
+                    plan = None
+                    e.reason = f"{e.reason} (and no graph break: {getattr(why, 'reason', why)})"
+            if plan is None:
+                self._leave_contexts(tx, prior_grad)
+                return self._fallback(tx, e)
+            log.info("graph break in %s: %s", self.code.co_qualname,
+                     describe_unsupported(self.code, e).splitlines()[0])
+        except Exception as exc:  # a fault inside the capture: never the user's problem
+            if self.fullgraph:
+                raise
+            self._leave_contexts(tx, prior_grad)
+            log.warning("fireclay_capture failed inside %s (%s:%d) and runs it eagerly: %s: %s",
+                        self.code.co_qualname, self.code.co_filename, self.code.co_firstlineno,
+                        type(exc).__name__, exc)
+            return self._fallback(tx, Unsupported(f"an internal error while capturing ({type(exc).__name__}: {exc})"))
         finally:
             torch.set_grad_enabled(prior_grad)
         if tx.shapes is not None:
@@ -177,7 +204,8 @@ class CapturedFunction:
             self.stats.recompiles += 1
         self.stats.captures += 1
         self.programs.append(program)
-        return CacheEntry(guards, compiled, spec, program, attr_writes=writes)
+        return CacheEntry(guards, compiled, spec, program, attr_writes=writes, graph_break=plan,
+                          owner=self if plan is not None else None)
 
     @staticmethod
     def _leave_contexts(tx: Tracer, prior_grad: bool) -> None:
@@ -195,9 +223,46 @@ class CapturedFunction:
         # The guards gathered before the failure say when another trace could go differently.
         return CacheEntry(tx.guards.compile([]), None, None, None, reason=message)
 
+    # -- after a graph break
+    def callee(self, fn: Any) -> Any:
+        """``fn`` as the break's call runs it: a user function is captured on its own."""
+        func = fn.__func__ if isinstance(fn, types.MethodType) else fn
+        if not isinstance(func, types.FunctionType) or getattr(func, "_fireclay_eager", False):
+            return fn
+        if func.__code__.co_flags & _NOT_PLAIN or func.__code__.co_cellvars:
+            return fn
+        if (getattr(func, "__module__", None) or "").split(".")[0] in _LIBRARIES:
+            return fn
+        captured = self._callees.get(func)
+        if captured is None:
+            captured = self._callees[func] = CapturedFunction(func, self.backend, False, self.dynamic)
+            self.children.append(captured)
+        return functools.partial(captured, fn.__self__) if fn is not func else captured
+
+    def resume_function(self, plan, offset: int, layout: tuple[str, ...]) -> CapturedFunction:
+        key = (offset, layout)
+        captured = plan.resumes.get(key)
+        if captured is None:
+            fn = resume_function_for(self.fn, offset, layout, plan.local_names)
+            captured = plan.resumes[key] = CapturedFunction(fn, self.backend, False, self.dynamic)
+            self.children.append(captured)
+        return captured
+
+    def graph_count(self) -> int:
+        """Graphs captured by this function and by everything its graph breaks led to."""
+        return sum(1 for p in self.programs if p.graphs[p.entry].nodes) + sum(c.graph_count() for c in self.children)
+
+    def break_count(self) -> int:
+        return (sum(1 for e in self.cache.entries if e.graph_break is not None)
+                + sum(c.break_count() for c in self.children))
+
     @property
     def last_program(self):
         return self.programs[-1] if self.programs else None
+
+
+_NOT_PLAIN = 0x20 | 0x80 | 0x100 | 0x200  # generators and coroutines run as they are
+_LIBRARIES = frozenset({"torch", "numpy", "fireclay_capture", "fireclay_ir", "fireclay_shapes", "transformers"})
 
 
 def describe_unsupported(code: types.CodeType, e: Unsupported) -> str:

@@ -22,11 +22,17 @@ class CacheEntry:
     program: Program | None
     reason: str | None = None  # why the frame runs eagerly, for fallbacks
     attr_writes: list = field(default_factory=list)  # (object source, name, spec) to replay
+    graph_break: Any = None  # a graph_break.BreakPlan when the capture stopped at a graph break
+    owner: Any = None  # the CapturedFunction that runs the break's callees and resume functions
 
     def run(self, inputs: list, L: dict) -> Any:
         results = self.compiled(*inputs)
         if self.attr_writes:
             replay_attribute_writes(self.attr_writes, results, L)
+        if self.graph_break is not None:
+            from fireclay_capture.graph_break import run_break
+
+            return run_break(self.graph_break, self.owner, results, L)
         return rebuild(self.out_spec, results, L)
 
 

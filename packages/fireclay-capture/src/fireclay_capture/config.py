@@ -22,3 +22,11 @@ max_instructions: int = _env_int("MAX_INSTRUCTIONS", 2_000_000)
 
 #: After a guard fails on a size, re-capture with that dimension dynamic (needs symbolic shapes).
 automatic_dynamic: bool = bool(_env_int("AUTOMATIC_DYNAMIC", 1))
+
+#: Split a function at code the capture cannot trace (a graph break) instead of running the
+#: whole function eagerly.
+graph_breaks: bool = bool(_env_int("GRAPH_BREAKS", 1))
+
+#: Resume functions that may run nested inside one another (a loop that breaks on every
+#: iteration nests one per iteration); deeper, the rest of the function runs as plain Python.
+max_resume_depth: int = _env_int("MAX_RESUME_DEPTH", 32)

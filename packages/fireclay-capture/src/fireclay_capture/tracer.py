@@ -62,6 +62,7 @@ class Tracer:
         self.entered_contexts: list = []  # real context managers to leave if the trace fails
         self.dynamic_sources: list[tuple[Source, frozenset[int]]] = []
         self.attr_writes: dict[tuple[int, str], tuple[Any, Source, str, Any]] = {}
+        self.subgraphs: list[Graph] = []  # the branches of hop::cond nodes
 
     # -- inputs
     def qualname_of(self, module: torch.nn.Module) -> str | None:
@@ -191,7 +192,9 @@ class Tracer:
 
     def program(self) -> Program:
         program = Program.single(self.graph, weights=self.weights, producer=("fireclay-capture", "0.1.0"),
-                                 dialects={"torch": TORCH.version})
+                                 dialects={"torch": TORCH.version, **({"hop": "1"} if self.subgraphs else {})})
+        for graph in self.subgraphs:
+            program.add_graph(graph)
         if self.shapes is not None:
             for name, hint, lo, hi in self.shapes.symbols():
                 program.add_symbol(name, hint, lo, hi)

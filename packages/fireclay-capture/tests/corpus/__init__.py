@@ -22,6 +22,7 @@ class Case:
     graphs: int = 1  # captures expected over all calls
     recompiles: int = 0
     fallbacks: int = 0  # calls whose frame is expected to run eagerly
+    breaks: int = 0  # captures of the function itself that end in a graph break
     calls: int = 3
     kwargs: Callable[[], dict] = field(default=lambda: {})
     atol: float = 1e-5

@@ -40,20 +40,20 @@ def recompile_on_dtype(x):
     return (x * 2).to(torch.float32)
 
 
-@case(x34, graphs=0, fallbacks=1)
-def data_dependent_branch_falls_back(x):
+@case(x34, graphs=1, breaks=1)  # resume functions are counted by test_graph_breaks
+def data_dependent_branch_breaks(x):
     if x.sum() > 0:
         return x
     return -x
 
 
-@case(x34, graphs=0, fallbacks=1)
-def item_falls_back(x):
+@case(x34, graphs=1, breaks=1)
+def item_breaks(x):
     return x * x.max().item()
 
 
-@case(x34, graphs=0, fallbacks=1)
-def print_falls_back(x):
+@case(x34, graphs=1, breaks=1)
+def print_breaks(x):
     print("hello from the captured function")
     return x
 
@@ -61,10 +61,10 @@ def print_falls_back(x):
 _LOG = []
 
 
-# Each eager run grows the list, so each call fails the length guard and is traced (and falls
-# back) again: three fallbacks, never a stale answer.
-@case(x34, graphs=0, fallbacks=3)
-def mutating_global_list_falls_back(x):
+# Each run grows the list, so each call fails the length guard and is traced (and breaks at
+# the append) again: three captures, never a stale answer.
+@case(x34, graphs=3, recompiles=2, breaks=3)
+def mutating_global_list_breaks(x):
     _LOG.append(1)
     return x + len(_LOG) * 0
 

@@ -14,15 +14,23 @@ import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import torch
+
 from fireclay_capture import config
 from fireclay_capture.errors import ObservedException, Unsupported
-from fireclay_capture.variables.base import NULL, CellVar, Var, const
+from fireclay_capture.variables.base import MUTATIONS, NULL, CellVar, Var, const
 from fireclay_capture.variables.containers import DictVar, IteratorVar, TupleVar
 
 if TYPE_CHECKING:
     from fireclay_capture.tracer import Tracer
 
 PY = sys.version_info[:2]
+#: Instructions of the root frame a graph break can split at: the instruction then runs in plain
+#: Python between the graph and the resume function (see ``graph_break``).
+BREAKABLE = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE",
+                       "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
+                       "POP_JUMP_BACKWARD_IF_FALSE", "STORE_GLOBAL", "STORE_SUBSCR", "STORE_ATTR",
+                       "DELETE_SUBSCR"})
 HANDLERS: dict[str, Callable[[Frame, dis.Instruction], None]] = {}
 
 CO_VARARGS = 0x04
@@ -69,6 +77,9 @@ class Frame:
         self.inst: dis.Instruction | None = None
         self.kw_names: tuple[str, ...] = ()
         self.yielded: list[Var] | None = None
+        # The root frame's state before its last instruction that could become a graph break:
+        # (instruction, stack, kw_names, nodes in the graph, attribute writes, grad mode).
+        self.before_break: tuple | None = None
         # Cell variables that are also arguments start as cells holding the argument.
         for name in code.co_cellvars:
             if name not in self.cells:
@@ -94,10 +105,16 @@ class Frame:
     # -- running
     def run(self) -> Var:
         self.tx.frames.append(self)
+        is_root = len(self.tx.frames) == 1
         try:
             while True:
                 inst = self.instructions[self.ip]
                 self.inst = inst
+                if is_root and inst.opname in BREAKABLE:
+                    tx = self.tx
+                    self.before_break = (inst, self.stack[:], self.kw_names, len(tx.graph.nodes),
+                                         dict(tx.attr_writes), torch.is_grad_enabled(),
+                                         len(tx.entered_contexts), MUTATIONS[0])
                 self.ip += 1
                 self.tx.instructions_run += 1
                 if self.tx.instructions_run > config.max_instructions:

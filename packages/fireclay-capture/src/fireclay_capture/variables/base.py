@@ -22,6 +22,16 @@ if TYPE_CHECKING:
     from fireclay_capture.tracer import Tracer
 
 
+# Mutations of values made during the trace (lists, dicts, new objects, cells), counted so that a
+# graph break inside an inlined call knows whether the callee changed state the caller can see
+# (then the callee cannot simply run again for real, and the frame runs eagerly).
+MUTATIONS = [0]
+
+
+def note_mutation() -> None:
+    MUTATIONS[0] += 1
+
+
 class _Null:
     """The NULL that CPython pushes below a callable (PUSH_NULL, LOAD_GLOBAL with the low bit)."""
 
@@ -196,5 +206,6 @@ class CellVar(Var):
     def set(self, value: Var) -> None:
         if self.real_cell is not None:
             raise Unsupported("assigning a nonlocal variable of a function defined outside the capture")
+        note_mutation()
         self._contents = value
         self.written = True

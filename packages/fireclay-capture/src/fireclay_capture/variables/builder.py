@@ -46,6 +46,12 @@ _BUILTIN_TYPES = {int, float, bool, str, tuple, list, dict, set, frozenset, rang
                   slice, type, reversed, map, filter, super, object, complex, bytes, isinstance}
 
 
+def _is_cond(value: Any) -> bool:
+    from fireclay_capture.cond import cond
+
+    return value is cond or (value is getattr(torch, "cond", None) and value is not None)
+
+
 def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | None = None,
          qualname: str | None = None):
     """A Var for ``value``; with a source, also the guards that pin what the trace relies on."""
@@ -65,6 +71,15 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
         return ConstVar(value, source)
     if value is os.environ:
         return EnvironVar()
+    allowed = getattr(value, "_fireclay_allowed_op", None) if callable(value) else None
+    if isinstance(allowed, str):
+        _guard_id(g, source, value)
+        return TorchFnVar(value, allowed, source)
+    if _is_cond(value):
+        from fireclay_capture.cond import CondVar
+
+        _guard_id(g, source, value)
+        return CondVar(value, source)
     captured = _captured_target(value)
     if captured is not None:
         # A captured function called from captured code: inline what it wraps.

@@ -6,7 +6,7 @@ from typing import Any
 
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.sources import Source
-from fireclay_capture.variables.base import ConstVar, Var, const, is_constant_value
+from fireclay_capture.variables.base import ConstVar, Var, const, is_constant_value, note_mutation
 
 
 def _key(tx, v: Var) -> Any:
@@ -106,6 +106,7 @@ class ListVar(BaseListVar):
     def _mutable(self):
         if self.source is not None and not getattr(self, "fresh", False):
             raise Unsupported("mutating a list that was passed into the captured function")
+        note_mutation()
 
     def setitem(self, tx, key, value):
         self._mutable()
@@ -183,6 +184,7 @@ class DictVar(Var):
         # ``fresh``: made by the call itself (the root's **kwargs), so changes stay invisible.
         if self.source is not None and not getattr(self, "fresh", False):
             raise Unsupported("mutating a dict that was passed into the captured function")
+        note_mutation()
 
     def setitem(self, tx, key, value):
         self._mutable()

@@ -46,6 +46,10 @@ class UserFunctionVar(Var):
         return fn.__globals__, defaults, kwdefaults, cells
 
     def call(self, tx, args, kwargs):
+        if getattr(self.fn, "_fireclay_eager", False):
+            what = "graph_break()" if self.fn.__name__ == "graph_break" else \
+                f"{self.fn.__qualname__}, which is marked disable()"
+            raise Unsupported(f"a call to {what} (runs eagerly, between graphs)")
         return tx.inline_call(self, args, kwargs)
 
     def getattr(self, tx, name):

@@ -14,7 +14,7 @@ import torch
 
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.sources import AttrSource, module_member
-from fireclay_capture.variables.base import ConstVar, Var, const
+from fireclay_capture.variables.base import ConstVar, Var, const, note_mutation
 from fireclay_capture.variables.containers import DictVar, TupleVar
 from fireclay_capture.variables.functions import PartialVar, UserFunctionVar, UserMethodVar
 
@@ -389,6 +389,7 @@ class NewObjectVar(Var):
         return self.getattr(tx, "__call__").call(tx, args, kwargs)
 
     def setattr(self, tx, name: str, value: Var) -> None:
+        note_mutation()
         self.attrs[name] = value
 
     def __repr__(self):

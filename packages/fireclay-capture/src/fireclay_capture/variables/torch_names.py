@@ -96,6 +96,14 @@ TRACE_TIME_FUNCTIONS: dict[Any, Any] = {
     torch.finfo: torch.finfo,
     torch.iinfo: torch.iinfo,
 }
+
+def _register_controls() -> None:
+    from fireclay_capture.controls import is_compiling
+
+    TRACE_TIME_FUNCTIONS[is_compiling] = _true
+
+
+_register_controls()
 for _name in ("is_exporting",):
     if hasattr(torch.compiler, _name):
         TRACE_TIME_FUNCTIONS[getattr(torch.compiler, _name)] = _false
