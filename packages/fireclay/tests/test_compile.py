@@ -156,3 +156,33 @@ def test_backend_failure_raises_under_fullgraph():
     compiled = fireclay.compile(mlp_fn, backend=_broken_backend, fullgraph=True)
     with pytest.raises(BackendCompilerFailed, match=r"test_compile.py:\d+: RuntimeError: this backend"):
         compiled(*FUNCTIONS[0][1]())
+
+
+def test_reset_makes_compiled_functions_capture_again():
+    captures = []
+
+    def counting(program, example_inputs):
+        captures.append(program)
+        return lambda *inputs: [inputs[0] + 1]
+
+    compiled = fireclay.compile(lambda x: x + 1, backend=counting)
+    x = torch.zeros(2)
+    compiled(x)
+    compiled(x)
+    assert len(captures) == 1
+    fireclay.reset()
+    torch.testing.assert_close(compiled(x), x + 1)
+    assert len(captures) == 2
+
+
+def test_graph_breaks_are_explained_and_still_match_eager():
+    def with_print(x):
+        y = x.sin()
+        print("between the graphs")
+        return y.cos()
+
+    report = fireclay.explain(with_print)(torch.randn(3))
+    assert report.graph_count == 2 and report.break_count == 1
+    assert "print" in str(report)
+    x = torch.randn(3)
+    torch.testing.assert_close(fireclay.compile(with_print, backend="fireclay")(x), x.sin().cos())

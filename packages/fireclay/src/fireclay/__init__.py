@@ -21,12 +21,22 @@ for _module, _dist in [
     require_sibling("fireclay", __version__, _module, _dist)
 
 from fireclay import logs  # noqa: E402,F401  (reads FIRECLAY_LOG)
-from fireclay.api import OptimizedModule, compile  # noqa: E402
+from fireclay.api import OptimizedModule, compile, reset  # noqa: E402
 from fireclay.backends import BackendNotFound, list_backends, lookup_backend, register_backend  # noqa: E402
 from fireclay.config import Config, config  # noqa: E402
 from fireclay.modes import list_mode_options, list_modes  # noqa: E402
+from fireclay_capture import (  # noqa: E402
+    allow_in_graph,
+    cond,
+    disable,
+    explain,
+    graph_break,
+    is_compiling,
+    mark_dynamic,
+)
 
 __all__ = [
-    "BackendNotFound", "Config", "OptimizedModule", "compile", "config", "list_backends",
-    "list_mode_options", "list_modes", "lookup_backend", "register_backend",
+    "BackendNotFound", "Config", "OptimizedModule", "allow_in_graph", "compile", "cond", "config",
+    "disable", "explain", "graph_break", "is_compiling", "list_backends", "list_mode_options",
+    "list_modes", "lookup_backend", "mark_dynamic", "register_backend", "reset",
 ]

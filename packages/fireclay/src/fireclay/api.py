@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -13,6 +14,17 @@ from fireclay.backends import lookup_backend
 from fireclay.modes import resolve_options
 from fireclay.verify import falling_back, verifying
 from fireclay_capture import CapturedFunction, capture
+
+# Every function fireclay.compile has wrapped and that is still alive, so reset() can reach them.
+_live: weakref.WeakSet[CapturedFunction] = weakref.WeakSet()
+
+
+def reset() -> None:
+    """Forget every compiled graph and guard: the next call of any compiled function or module
+    captures and compiles again (as after ``torch._dynamo.reset()``)."""
+    for captured in list(_live):
+        captured.cache.entries.clear()
+        captured.cache.given_up = False
 
 
 def compile(
@@ -41,11 +53,12 @@ def compile(
     def wrap(target: Callable[..., Any]):
         if disable:
             return target
-        if isinstance(target, torch.nn.Module):
-            return OptimizedModule(target, capture(target, backend=compiler, fullgraph=fullgraph, dynamic=dynamic))
         if not callable(target):
             raise TypeError(f"fireclay.compile takes a function or an nn.Module, got {type(target).__name__}")
         compiled = capture(target, backend=compiler, fullgraph=fullgraph, dynamic=dynamic)
+        _live.add(compiled)
+        if isinstance(target, torch.nn.Module):
+            return OptimizedModule(target, compiled)
         if isinstance(target, types.FunctionType):
             functools.update_wrapper(compiled, target, updated=())
         return compiled
