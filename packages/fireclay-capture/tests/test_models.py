@@ -143,3 +143,54 @@ def test_hf_t5_tiny():
     torch.manual_seed(0)
     model = transformers.T5Model(config).eval()
     _check_model(model, lambda: (_ids(),), decoder_input_ids=_ids(seq=5), use_cache=False)
+
+
+def _gpt2_model():
+    return transformers.GPT2Model(transformers.GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=4,
+                                                          bos_token_id=0, eos_token_id=0))
+
+
+def _llama_model():
+    return transformers.LlamaModel(transformers.LlamaConfig(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64))
+
+
+def _gpt2_lm():
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=128, n_embd=32, n_layer=3, n_head=4))
+
+
+def _assert_same_cache(actual, expected):
+    assert type(actual) is type(expected)
+    assert actual.get_seq_length() == expected.get_seq_length()
+    assert len(actual.layers) == len(expected.layers)
+    for a, e in zip(actual.layers, expected.layers):
+        assert type(a) is type(e) and a.is_initialized == e.is_initialized
+        torch.testing.assert_close(a.keys, e.keys, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(a.values, e.values, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("make", [_gpt2_model, _llama_model, _gpt2_lm], ids=["gpt2", "llama", "gpt2_lm"])
+@pytest.mark.parametrize("batch,seq", [(2, 7), (1, 5)])
+def test_hf_decoder_with_default_cache_in_one_graph(make, batch, seq):
+    """``use_cache`` left at its default: the DynamicCache the model builds is returned
+    (past_key_values) and rebuilt around the graph's key/value tensors."""
+    torch.manual_seed(0)
+    model = make().eval()
+    cf = capture(model, fullgraph=True)
+    for _ in range(2):
+        ids = torch.randint(0, 128, (batch, seq))
+        expected = model(input_ids=ids)
+        actual = cf(input_ids=ids)
+        assert type(actual) is type(expected) and list(actual.keys()) == list(expected.keys())
+        for key in expected.keys():
+            if key not in ("past_key_values", "cache"):
+                _assert_close_tree(actual[key], expected[key], 1e-5)
+        _assert_same_cache(actual.past_key_values, expected.past_key_values)
+        # The rebuilt cache is a working cache: decoding one more token from it matches eager.
+        nxt = torch.randint(0, 128, (batch, 1))
+        first = next(iter(expected.keys()))
+        torch.testing.assert_close(model(input_ids=nxt, past_key_values=actual.past_key_values)[first],
+                                   model(input_ids=nxt, past_key_values=expected.past_key_values)[first],
+                                   atol=1e-5, rtol=1e-4)
+    assert (cf.stats.captures, cf.stats.recompiles, cf.stats.fallbacks) == (1, 0, 0)

@@ -198,6 +198,7 @@ class CapturedFunction:
             tx.guards.expression(tx.shapes.guard_text())
         program.metadata["capture"] = {"function": self.code.co_qualname, "file": self.code.co_filename,
                                        "line": self.code.co_firstlineno}
+        tx.aliases.guard_distinct()
         guards = tx.guards.compile(tx.input_sources)
         compiled = self.backend(program, list(tx.example_inputs))
         if self.stats.captures or self.stats.fallbacks:

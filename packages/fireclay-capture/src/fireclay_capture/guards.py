@@ -28,7 +28,7 @@ from fireclay_capture.sources import ConstSource, Source
 @dataclass
 class Guard:
     source: Source | None
-    kind: str  # type | id | equals | tensor | len | dict_keys | not_in | same | grad_mode | no_hooks
+    kind: str  # type | id | equals | tensor | len | dict_keys | not_in | same | distinct | grad_mode | no_hooks
     data: Any = None
 
     def describe(self) -> str:
@@ -84,6 +84,10 @@ class GuardSet:
 
     def same_object(self, source: Source, other: Source) -> None:
         self._add(source, "same", other, key=other)
+
+    def distinct(self, sources: list[Source]) -> None:
+        """The objects at ``sources`` are pairwise different objects."""
+        self._add(sources[0], "distinct", list(sources), key=tuple(sources))
 
     def expression(self, text: str) -> None:
         """A Python boolean expression over ``L`` (the symbolic-shape guards)."""
@@ -177,6 +181,9 @@ class CompiledGuards:
                 lines.append(f"if {g.data!r} in {v}: return None")
             elif g.kind == "same":
                 lines.append(f"if {v} is not {ref(g.data)}: return None")
+            elif g.kind == "distinct":
+                ids = ", ".join(f"id({ref(s)})" for s in g.data)
+                lines.append(f"if len({{{ids}}}) != {len(g.data)}: return None")
             elif g.kind == "tensor":
                 typ, dtype, device, shape, stride, rg, dyn = g.data
                 checks = [f"type({v}) is not {const(typ)}", f"{v}.dtype is not {const(dtype)}",

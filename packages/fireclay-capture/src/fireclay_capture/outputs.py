@@ -23,6 +23,9 @@ from fireclay_ir import Graph, Value
 def output_spec(graph: Graph, var: Var, shapes=None) -> Any:
     """Append the graph outputs ``var`` needs and return its spec."""
     outputs: list[Value] = list(graph.outputs)
+    # A user object reached twice is described by one spec object, which rebuild() turns into
+    # one object again (``out.a is out.b`` holds as eagerly).
+    objects: dict[int, tuple] = {}
 
     def walk(v: Var) -> Any:
         if isinstance(v, TensorVar):
@@ -54,7 +57,11 @@ def output_spec(graph: Graph, var: Var, shapes=None) -> Any:
         if isinstance(v, ModelOutputVar):
             return ("model_output", v.cls, [(k, walk(x)) for k, x in v.fields.items()])
         if isinstance(v, NewObjectVar):
-            return ("object", v.cls, [(k, walk(x)) for k, x in v.attrs.items()])
+            if id(v) not in objects:
+                items: list = []
+                objects[id(v)] = ("object", v.cls, items)
+                items.extend((k, walk(x)) for k, x in v.attrs.items())
+            return objects[id(v)]
         if v.source is not None:
             return ("source", v.source)
         raise Unsupported(f"returning {v} from the captured function")
@@ -106,7 +113,8 @@ def read_source(source: Source, L: dict) -> Any:
     raise AssertionError(source)
 
 
-def rebuild(spec: Any, results, L: dict) -> Any:
+def rebuild(spec: Any, results, L: dict, made: dict | None = None) -> Any:
+    made = {} if made is None else made
     kind = spec[0]
     if kind == "tensor":
         return results[spec[1]]
@@ -118,7 +126,7 @@ def rebuild(spec: Any, results, L: dict) -> Any:
         return eval(spec[1], {"L": L})  # noqa: S307 - text generated from symbol sources
     if kind == "seq":
         _, cls, items = spec
-        values = [rebuild(s, results, L) for s in items]
+        values = [rebuild(s, results, L, made) for s in items]
         if cls is list:
             return values
         if cls is tuple:
@@ -128,14 +136,17 @@ def rebuild(spec: Any, results, L: dict) -> Any:
         return cls(values)  # torch.return_types and other structseqs take one sequence
     if kind == "dict":
         _, cls, items = spec
-        return cls((k, rebuild(s, results, L)) for k, s in items)
+        return cls((k, rebuild(s, results, L, made)) for k, s in items)
     if kind == "model_output":
         _, cls, items = spec
-        return cls(**{k: rebuild(s, results, L) for k, s in items})
+        return cls(**{k: rebuild(s, results, L, made) for k, s in items})
     if kind == "object":
+        if id(spec) in made:
+            return made[id(spec)]
         _, cls, items = spec
         obj = cls.__new__(cls)
+        made[id(spec)] = obj  # before the attributes: an object may refer back to itself
         for k, s in items:
-            object.__setattr__(obj, k, rebuild(s, results, L))
+            object.__setattr__(obj, k, rebuild(s, results, L, made))
         return obj
     raise AssertionError(kind)

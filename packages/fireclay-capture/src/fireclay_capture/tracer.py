@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fireclay_capture import config
+from fireclay_capture.aliases import AliasTable
 from fireclay_capture.dynamic import ShapeSession, marked_dims, source_text
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.guards import GuardSet
@@ -38,6 +39,7 @@ class Tracer:
                  fake_tensors: bool = False):
         self.graph = Graph("main")
         self.guards = GuardSet()
+        self.aliases = AliasTable(self.guards)
         self.input_sources: list[Source] = []
         self.weights: dict[str, Weight] = {}
         self.example_inputs: list[torch.Tensor] = []

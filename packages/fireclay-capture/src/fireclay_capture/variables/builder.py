@@ -92,12 +92,16 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
         if qualname is None:
             qualname = clean_name(source.name_hint() if source else "module")
         return ModuleVar(value, source, qualname)
+    if source is not None and _is_mutable_container(value):
+        known = tx.aliases.known(value, source)
+        if known is not None:
+            return known
     if type(value) is list or type(value) is tuple or (isinstance(value, tuple) and hasattr(type(value), "_fields")):
         if g is not None:
             g.length(source, type(value), len(value))
         items = [wrap(tx, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
         if type(value) is list:
-            return ListVar(items, source)
+            return _remember(tx, value, ListVar(items, source))
         return TupleVar(items, source, cls=type(value))
     if type(value) is dict or type(value).__name__ == "OrderedDict" and isinstance(value, dict):
         keys = list(value)
@@ -105,8 +109,8 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
             raise Unsupported("a dict whose keys are not strings or ints")
         if g is not None:
             g.dict_keys(source, type(value), keys)
-        return DictVar({k: wrap(tx, v, ItemSource(source, k) if source else None) for k, v in value.items()},
-                       source, cls=type(value))
+        return _remember(tx, value, DictVar({k: wrap(tx, v, ItemSource(source, k) if source else None)
+                                             for k, v in value.items()}, source, cls=type(value)))
     if value in TRACE_TIME_FUNCTIONS if _hashable(value) else False:
         return TorchFnVar(value, public_torch_name(value) or getattr(value, "__name__", "trace_time"), source)
     if _hashable(value) and not isinstance(value, type) and _has_builtin_rule(value):
@@ -157,11 +161,25 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
         return NullContextVar(ConstVar(value.enter_result))
     if source is None:
         raise Unsupported(f"a {type(value).__name__} object reached without a way to re-read it")
+    known = tx.aliases.known(value, source)
+    if known is not None:
+        return known
     if g is not None:
         g.type_is(source, type(value))
     if dataclasses.is_dataclass(value) or hasattr(value, "__dict__"):
-        return ObjectVar(value, source)
+        return _remember(tx, value, ObjectVar(value, source))
     raise Unsupported(f"a value of type {type(value).__qualname__}")
+
+
+def _is_mutable_container(value: Any) -> bool:
+    return type(value) is list or isinstance(value, dict) and (
+        type(value) is dict or type(value).__name__ == "OrderedDict")
+
+
+def _remember(tx, value: Any, var):
+    if var.source is not None:
+        tx.aliases.remember(value, var)
+    return var
 
 
 def _torch_op_name(value: Any) -> str | None:

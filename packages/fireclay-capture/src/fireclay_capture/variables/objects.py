@@ -3,6 +3,7 @@ objects created inside it (dataclasses, plain classes, Hugging Face ModelOutputs
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import inspect
@@ -273,8 +274,6 @@ class ClassVar(Var):
             return NewObjectVar(cls)
         if new is not object.__new__ or not isinstance(init, types.FunctionType):
             raise Unsupported(f"creating an instance of {cls.__qualname__} (custom __new__ or C __init__)")
-        if getattr(cls, "__slots__", None) is not None and not dataclasses.is_dataclass(cls):
-            raise Unsupported(f"creating an instance of {cls.__qualname__} (uses __slots__)")
         obj = NewObjectVar(cls)
         tx.inline_call(UserFunctionVar(init), [obj, *args], kwargs)
         return obj
@@ -313,6 +312,9 @@ class ObjectVar(Var):
             if written is DELETED:
                 raise ObservedException(AttributeError, f"'{type(self.obj).__name__}' object has no attribute {name!r}")
             return written
+        hook = _python_attribute_hook(type(self.obj), name)
+        if hook == "__getattribute__":
+            return self._real_attribute(tx, name)
         d = getattr(self.obj, "__dict__", None)
         if d is not None and name in d:
             return wrap(tx, d[name], AttrSource(self.source, name) if self.source else None)
@@ -320,10 +322,30 @@ class ObjectVar(Var):
                                  AttrSource(self.source, name) if self.source else None)
         if found is not None:
             return found
+        if hook == "__getattr__":
+            return self._real_attribute(tx, name)
         raise ObservedException(AttributeError, f"'{type(self.obj).__name__}' object has no attribute {name!r}")
 
     def call(self, tx, args, kwargs):
         return self.getattr(tx, "__call__").call(tx, args, kwargs)
+
+    def _real_attribute(self, tx, name: str) -> Var:
+        """An attribute the class computes in Python (``__getattribute__``/``__getattr__``, e.g. a
+        transformers config's attribute_map aliases): read for real, and guarded through its
+        source, which reads it the same way. Methods are still inlined from the class."""
+        from fireclay_capture.variables.builder import wrap
+
+        if self.source is None:
+            raise Unsupported(f"attribute {name!r} of a {type(self.obj).__name__}, which computes its attributes")
+        try:
+            value = getattr(self.obj, name)
+        except AttributeError as e:
+            raise ObservedException(AttributeError, str(e)) from None
+        if isinstance(value, types.MethodType) and value.__self__ is self.obj:
+            found = _class_attribute(tx, self, type(self.obj), name, None)
+            if found is not None:
+                return found
+        return wrap(tx, value, AttrSource(self.source, name))
 
     def _dunder(self, tx, name: str) -> Var | None:
         fn = inspect.getattr_static(type(self.obj), name, None)
@@ -352,6 +374,8 @@ class ObjectVar(Var):
             return method.call(tx, [], {}).unpack(tx)
         if isinstance(self.obj, (dict, list, tuple)):
             return self.builtin_view(tx).unpack(tx)
+        if _iterates_as_sequence(type(self.obj)):
+            return _sequence_items(tx, self)
         return super().unpack(tx)
 
     def builtin_view(self, tx) -> Var:
@@ -371,6 +395,7 @@ class NewObjectVar(Var):
     def __init__(self, cls: type):
         self.cls = cls
         self.attrs: dict[str, Var] = {}
+        self.slots = slot_names(cls)
 
     def python_type(self):
         return self.cls
@@ -380,6 +405,8 @@ class NewObjectVar(Var):
             return self.attrs[name]
         if name == "__class__":
             return ClassVar(self.cls)
+        if name in (self.slots or ()) or _is_slot_of(self.cls, name):
+            raise ObservedException(AttributeError, f"'{self.cls.__name__}' object has no attribute {name!r}")
         found = _class_attribute(tx, self, self.cls, name, None)
         if found is not None:
             return found
@@ -388,12 +415,92 @@ class NewObjectVar(Var):
     def call(self, tx, args, kwargs):
         return self.getattr(tx, "__call__").call(tx, args, kwargs)
 
+    def _dunder(self, name: str) -> Var | None:
+        fn = inspect.getattr_static(self.cls, name, None)
+        return UserMethodVar(UserFunctionVar(fn), self) if isinstance(fn, types.FunctionType) else None
+
+    def getitem(self, tx, key):
+        method = self._dunder("__getitem__")
+        if method is None:
+            return super().getitem(tx, key)
+        return method.call(tx, [key], {})
+
+    def contains(self, tx, item: Var) -> bool | None:
+        method = self._dunder("__contains__")
+        if method is None or method.fn.fn.__module__ == "collections.abc":
+            return None
+        return method.call(tx, [item], {}).truth(tx)
+
+    def unpack(self, tx):
+        method = self._dunder("__iter__")
+        if method is None:
+            return super().unpack(tx)
+        if _iterates_as_sequence(self.cls):
+            return _sequence_items(tx, self)
+        return method.call(tx, [], {}).unpack(tx)
+
     def setattr(self, tx, name: str, value: Var) -> None:
+        prop = inspect.getattr_static(self.cls, name, None)
+        if isinstance(prop, property) and prop.fset is not None:
+            tx.inline_call(UserFunctionVar(prop.fset), [self, value], {})
+            return
+        if self.slots is not None and name not in self.slots:
+            raise ObservedException(AttributeError, f"'{self.cls.__name__}' object has no attribute {name!r} "
+                                                    "(it has __slots__ and no __dict__)")
+        if not _is_slot_of(self.cls, name) and _class_descriptor_sets(self.cls, name):
+            raise Unsupported(f"setting {name!r} of {self.cls.__qualname__}, a data descriptor of its class")
         note_mutation()
         self.attrs[name] = value
 
     def __repr__(self):
         return f"NewObjectVar({self.cls.__name__})"
+
+
+def _python_attribute_hook(cls: type, name: str) -> str | None:
+    """Which attribute hook written in Python decides ``name`` on instances of ``cls``, if any."""
+    if name.startswith("__") and name.endswith("__"):
+        return None
+    for hook in ("__getattribute__", "__getattr__"):
+        if isinstance(inspect.getattr_static(cls, hook, None), types.FunctionType):
+            return hook
+    return None
+
+
+def _iterates_as_sequence(cls: type) -> bool:
+    return inspect.getattr_static(cls, "__iter__", None) is collections.abc.Sequence.__iter__ \
+        and isinstance(inspect.getattr_static(cls, "__getitem__", None), types.FunctionType) \
+        and isinstance(inspect.getattr_static(cls, "__len__", None), types.FunctionType)
+
+
+def _sequence_items(tx, seq: Var) -> list[Var]:
+    # Sequence's mixin __iter__ reads __getitem__ until IndexError; a Sequence's own __len__
+    # says where that is, so the items are read by index (no exception crosses the trace).
+    n = seq.call_method(tx, "__len__", [], {}).as_python_constant()
+    return [seq.getitem(tx, const(i)) for i in range(n)]
+
+
+def slot_names(cls: type) -> frozenset[str] | None:
+    """The attributes an instance of ``cls`` can hold when every class of its MRO declares
+    ``__slots__`` (so instances have no ``__dict__``); None when instances have a ``__dict__``."""
+    names: set[str] = set()
+    for klass in cls.__mro__[:-1]:
+        own = klass.__dict__.get("__slots__")
+        if own is None:
+            return None
+        own = (own,) if isinstance(own, str) else tuple(own)
+        if "__dict__" in own:
+            return None
+        names.update(own)
+    return frozenset(names)
+
+
+def _is_slot_of(cls: type, name: str) -> bool:
+    return isinstance(inspect.getattr_static(cls, name, None), types.MemberDescriptorType)
+
+
+def _class_descriptor_sets(cls: type, name: str) -> bool:
+    attr = inspect.getattr_static(cls, name, None)
+    return attr is not None and hasattr(type(attr), "__set__")
 
 
 class EnvironVar(Var):
