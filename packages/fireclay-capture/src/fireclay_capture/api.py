@@ -143,9 +143,9 @@ class CapturedFunction:
         return (self._bound_self, *args) if self._bound_self is not None else args
 
     # -- capturing
-    def _capture(self, L: dict, fake_tensors: bool = False) -> CacheEntry:
+    def _capture(self, L: dict, on_fakes: bool = False) -> CacheEntry:
         tx = Tracer(root_module=self.module, dynamic_dims=self._auto_dynamic, dynamic_all=bool(self.dynamic),
-                    fake_tensors=fake_tensors)
+                    on_fakes=on_fakes)
         prior_grad = torch.is_grad_enabled()
         try:
             local_vars = {name: wrap(tx, value, LocalSource(name)) for name, value in L.items()}
@@ -163,9 +163,9 @@ class CapturedFunction:
             plan = None
         except NeedsFakeTensors:
             self._leave_contexts(tx, prior_grad)
-            if fake_tensors:  # pragma: no cover - fake tensors never ask for themselves
+            if on_fakes:  # pragma: no cover - fake tensors never ask for themselves
                 raise
-            return self._capture(L, fake_tensors=True)
+            return self._capture(L, on_fakes=True)
         except Unsupported as e:
             if e.location is None and tx.frames == [] and "frame" in locals():
                 e.location = tx.location(frame)  # failed on the return value

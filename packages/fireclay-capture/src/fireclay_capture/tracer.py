@@ -36,7 +36,7 @@ DELETED = object()  # marks an attribute deleted during the trace
 class Tracer:
     def __init__(self, root_module: torch.nn.Module | None = None,
                  dynamic_dims: dict[Source, set[int]] | None = None, dynamic_all: bool = False,
-                 fake_tensors: bool = False):
+                 on_fakes: bool = False):
         self.graph = Graph("main")
         self.guards = GuardSet()
         self.aliases = AliasTable(self.guards)
@@ -59,7 +59,7 @@ class Tracer:
         self.shapes: ShapeSession | None = None
         autocast = autocast_state()
         self.guards.autocast(autocast)
-        if self.dynamic_dims or dynamic_all or fake_tensors or any(autocast):
+        if self.dynamic_dims or dynamic_all or on_fakes or any(autocast):
             self.shapes = ShapeSession()
         self.entered_contexts: list = []  # real context managers to leave if the trace fails
         self.dynamic_sources: list[tuple[Source, frozenset[int]]] = []
