@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from fireclay_ir import Device, DType, Graph, Program, TensorMeta, Value
+from fireclay_ir import Device, DType, Graph, Program, ScalarType, TensorMeta, Value
 from fireclay_loops.reference import DTYPE
 
 _NAMES = {v: k for k, v in DTYPE.items()}
@@ -65,7 +65,7 @@ class AtenBuilder:
         result = aten_op(op)(*self._meta_arg(args), **{k: self._meta_arg(v) for k, v in kwargs.items()})
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         out = self.graph.call(op, self._ir_arg(args), {k: self._ir_arg(v) for k, v in kwargs.items()},
-                              out=[meta_of(r) for r in results])
+                              out=[meta_of(r) if r is not None else ScalarType("opaque") for r in results])
         handles = [Handle(v, r) for v, r in zip(out, results)]
         self.steps.append((op, args, kwargs, handles))
         return tuple(handles) if isinstance(result, (tuple, list)) else handles[0]

@@ -154,7 +154,7 @@ def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str]) -> N
     fn = w.op(step.op)
     w.line(f"result = {fn}({', '.join(call_args)})  # {step.kind} {step.name}")
     w.line("results = list(result) if isinstance(result, (tuple, list)) else [result]")
-    for i, b in enumerate(step.outputs):
+    for i, b in zip(step.result_positions(), step.outputs):
         buf = prog.buffers.get(b)
         if buf is None:
             raise CodegenError(f"extern call {step.name} writes {b}, which the program does not declare")

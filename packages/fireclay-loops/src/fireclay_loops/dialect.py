@@ -2,12 +2,14 @@
 
 Layout of the program (``to_program`` writes it, ``from_program`` reads it back):
 
-* the entry graph ``main`` is the call list. Its inputs are the program's input buffers; each
-  other buffer is declared by ``%buf = loops::buffer(allocation=...)`` (typed by its TensorMeta;
+* the entry graph ``main`` is the call list. Its inputs are the program's input buffers, with the
+  source program's InputSpecs (parameters, buffers and constants name ``Program.weights``, which
+  are kept); each other buffer is declared by ``%buf = loops::buffer(allocation=...)`` (typed by its TensorMeta;
   ``allocation`` None for buffers internal to a kernel); ``loops::kernel(...)`` runs a kernel,
   ``loops::view(%buf, size=, stride=, offset=)`` makes the strided view an extern call takes and
-  ``loops::extern(op=, kind=, args=, kwarg_names=, kwarg_values=, writes=)`` calls a library op; the outputs are
-  buffers (or Python scalars);
+  ``loops::extern(op=, kind=, args=, kwarg_names=, kwarg_values=, writes=)`` calls a library op
+  (``positions=``, when present, gives the op's result index each buffer of ``writes``
+  receives: results the op leaves undefined have no buffer); the outputs are buffers (or Python scalars);
 * every loop node's body is a graph of its own, named after the node, whose nodes are the body's
   ``ops.*`` calls (``loops::load``, ``loops::add``, ``loops::store``...) with index expressions
   as SymExpr and values typed as 0-d TensorMeta of their dtype; ``graph.meta`` holds the
@@ -143,7 +145,8 @@ def to_program(scheduled: ScheduledProgram) -> Program:
         program.add_symbol(name, hint)
     values: dict[str, Value] = {}
     for b in prog.inputs:
-        values[b] = main.add_input(b, _meta(prog.buffers[b]))
+        values[b] = main.add_input(b, _meta(prog.buffers[b]), prog.input_specs.get(b))
+    program.weights = dict(prog.weights)
     for b, buf in prog.buffers.items():
         if not buf.is_input:
             values[b] = main.call("loops::buffer", (), {"allocation": plan.buffer_allocation.get(b)},
@@ -187,6 +190,7 @@ def to_program(scheduled: ScheduledProgram) -> Program:
                 "kwarg_names": list(step.kwargs),
                 "kwarg_values": [extern_arg(v) for v in step.kwargs.values()],
                 "writes": [values[b] for b in step.outputs],
+                **({} if step.positions is None else {"positions": list(step.positions)}),
             }, meta={"loops.meta": step.meta})
     main.set_outputs([values[o] if isinstance(o, str) else _sym(o.value) if isinstance(o.value, sympy.Basic)
                       else o.value for o in prog.outputs])
@@ -239,7 +243,10 @@ def from_program(program: Program) -> ScheduledProgram:
         stride = t.strides if t.strides is not None else exprs.contiguous_strides(t.shape)
         return Buffer(v.name, t.dtype, t.device, list(t.shape), list(stride), t.storage_offset, is_input=is_input)
 
-    for pos, v in enumerate(main.inputs):
+    lp.weights = dict(program.weights)
+    for pos, (v, spec) in enumerate(zip(main.inputs, main.input_specs)):
+        if spec.kind != "user":
+            lp.input_specs[v.name] = spec
         lp.buffers[v.name] = buffer_of(v, True)
         lp.inputs.append(v.name)
         lp.nodes.append(InputBufferNode(f"input_{v.name}", v.name, pos))
@@ -279,7 +286,8 @@ def from_program(program: Program) -> ScheduledProgram:
             kw = n.kwargs
             ext = ExternNode(kw["name"], kw["op"], tuple(extern_arg(kw["args"])),
                              dict(zip(kw["kwarg_names"], (extern_arg(v) for v in kw["kwarg_values"]))),
-                             [names[w] for w in kw["writes"]], kw["kind"], dict(n.meta.get("loops.meta") or {}))
+                             [names[w] for w in kw["writes"]], kw["kind"], dict(n.meta.get("loops.meta") or {}),
+                             kw.get("positions"))
             lp.nodes.append(ext)
             steps.append(ext)
         else:

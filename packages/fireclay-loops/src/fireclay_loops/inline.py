@@ -157,4 +157,5 @@ def inline_pointwise(program: LoopProgram, decisions: list) -> LoopProgram:
             nodes.remove(p)
     kept = {b for n in nodes for b in n.read_buffers() + n.write_buffers()} | set(program.inputs)
     return LoopProgram({b: v for b, v in program.buffers.items() if b in kept}, nodes, list(program.inputs),
-                       dict(program.symbols), program.seed, set(program.donated))
+                       dict(program.symbols), program.seed, set(program.donated),
+                       dict(program.input_specs), dict(program.weights))

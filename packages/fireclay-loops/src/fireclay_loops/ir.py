@@ -26,6 +26,7 @@ from typing import Any
 
 import sympy
 
+from fireclay_ir import InputSpec, Weight
 from fireclay_loops import exprs
 from fireclay_loops.body import LoopBody
 from fireclay_loops.dtypes import ITEMSIZE
@@ -122,16 +123,30 @@ class ComputeNode(LoopNode):
 
 
 class ExternNode(LoopNode):
-    """``outputs = op(*args, **kwargs)`` with tensor arguments as :class:`TensorArg` views."""
+    """``outputs = op(*args, **kwargs)`` with tensor arguments as :class:`TensorArg` views.
+
+    ``outputs`` names the buffers the call writes; ``positions`` says which result of the op
+    each one receives. It is None when result ``k`` goes to ``outputs[k]`` for every result; it
+    is given when some results are undefined (None) and get no buffer, as the input gradient of
+    ``convolution_backward`` with ``output_mask=[False, True, True]``."""
 
     def __init__(self, name: str, op: str, args: tuple, kwargs: dict, outputs: list[str],
-                 kind: str = "extern", meta: dict | None = None):
+                 kind: str = "extern", meta: dict | None = None, positions: list[int] | None = None):
         super().__init__(name, meta)
         self.op = op
         self.args = args
         self.kwargs = kwargs
         self.outputs = outputs
         self.kind = kind
+        if positions is not None and list(positions) == list(range(len(outputs))):
+            positions = None  # the common layout is kept implicit
+        if positions is not None and len(positions) != len(outputs):
+            raise ValueError(f"extern call {name}: {len(positions)} result positions for {len(outputs)} outputs")
+        self.positions = None if positions is None else list(positions)
+
+    def result_positions(self) -> list[int]:
+        """The op's result index that each buffer of ``outputs`` receives."""
+        return list(range(len(self.outputs))) if self.positions is None else list(self.positions)
 
     def tensor_args(self) -> list[TensorArg]:
         found: list[TensorArg] = []
@@ -186,6 +201,10 @@ class LoopProgram:
     symbols: dict[str, int | None] = field(default_factory=dict)  # size symbol -> hint
     seed: int = 0
     donated: set[str] = field(default_factory=set)  # input buffers whose memory may be reused
+    # What the source program said of its inputs: parameter/buffer/constant inputs keep their
+    # InputSpec (by input buffer name; user inputs are left out), and the weights they name.
+    input_specs: dict[str, InputSpec] = field(default_factory=dict)
+    weights: dict[str, Weight] = field(default_factory=dict)
 
     @property
     def output_node(self) -> OutputBufferNode:

@@ -90,7 +90,11 @@ def _extern_args(args: Any) -> str:
 
 def format_extern(n: ExternNode) -> str:
     kw = "".join(f", {k}={_extern_args([v])}" for k, v in n.kwargs.items())
-    return f"{', '.join(n.outputs)} = {n.kind} {n.op}({_extern_args(n.args)}{kw}){_origin(n)}"
+    # an undefined (None) result of the op has no buffer: it prints as ``_``
+    slots = ["_"] * (max(n.result_positions(), default=-1) + 1)
+    for buf, k in zip(n.outputs, n.result_positions()):
+        slots[k] = buf
+    return f"{', '.join(slots)} = {n.kind} {n.op}({_extern_args(n.args)}{kw}){_origin(n)}"
 
 
 def format_loop_program(p: LoopProgram) -> str:

@@ -285,8 +285,8 @@ class _Runner:
         fn = getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
         result = fn(*arg(n.args), **{k: arg(v) for k, v in n.kwargs.items()})
         results = list(result) if isinstance(result, (tuple, list)) else [result]
-        for buf, r in zip(n.outputs, results):
-            self.view(buf).copy_(r)
+        for buf, k in zip(n.outputs, n.result_positions()):
+            self.view(buf).copy_(results[k])
 
     def outputs(self) -> tuple:
         out = []

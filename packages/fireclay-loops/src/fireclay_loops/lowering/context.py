@@ -136,11 +136,18 @@ class LoweringContext:
             v = self.pointwise(v.size, v.dtype, v.device, v.load)
         return TensorArg(v.buffer.name, tuple(v.size), tuple(v.stride), v.offset)
 
-    def extern(self, op: str, args: tuple, kwargs: dict, kind: str = "extern") -> tuple[BufferValue, ...]:
-        """An extern (or fallback) call writing the current node's tensor outputs."""
+    def extern(self, op: str, args: tuple, kwargs: dict, kind: str = "extern") -> tuple[BufferValue | None, ...]:
+        """An extern (or fallback) call writing the current node's tensor outputs. An output
+        typed ``ScalarType("opaque")`` is a result the op leaves undefined (None): it gets no
+        buffer, and its value in the lowering is None, so a use of it fails loudly."""
         outs: list[Buffer] = []
-        for o in self.node.outputs:
+        positions: list[int] = []
+        results: list[BufferValue | None] = []
+        for k, o in enumerate(self.node.outputs):
             if not o.is_tensor:
+                if isinstance(o.type, ScalarType) and o.type.kind == "opaque":
+                    results.append(None)
+                    continue
                 raise LoweringError(f"{op} returns a non-tensor value %{o.name}; it cannot be an extern call",
                                     self.node)
             t = o.meta
@@ -149,9 +156,11 @@ class LoweringContext:
             buf = Buffer(self.fresh("buf"), t.dtype, t.device, size, stride)
             self.out.buffers[buf.name] = buf
             outs.append(buf)
+            positions.append(k)
+            results.append(BufferValue(buf))
         self.out.nodes.append(ExternNode(self.fresh("op"), op, args, kwargs, [b.name for b in outs], kind,
-                                         self._meta()))
-        return tuple(BufferValue(b) for b in outs)
+                                         self._meta(), positions))
+        return tuple(results)
 
     def constant(self, value: Any, size: Sequence[Any], dtype: str, device: str) -> GeneratedValue:
         return GeneratedValue(size, dtype, device, lambda idx, mask=None: ops.constant(value, dtype))
@@ -195,6 +204,10 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = ()) -> Lo
         ctx.env[v] = BufferValue(buf)
         if pos in donated:
             ctx.out.donated.add(buf.name)
+        spec = graph.input_specs[pos]
+        if spec.kind != "user":
+            ctx.out.input_specs[buf.name] = spec
+    ctx.out.weights = dict(program.weights)
     for node in graph.nodes:
         ctx.node = node
         if node.dialect != "aten":
