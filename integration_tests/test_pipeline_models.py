@@ -65,8 +65,7 @@ def _train(model, compiled, batches, lr=0.05):
         opt.step()
 
 
-# The CNN's backward graph holds convolution_backward with a masked (undefined) gradient, which
-# fireclay-loops cannot lower yet: that graph runs in the interpreter (a logged fallback).
+# The CNN's backward graph holds convolution_backward with a masked (undefined) input gradient.
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "cnn"])
 def test_three_training_steps_match_eager(name):
     torch.manual_seed(0)
