@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,6 +126,8 @@ def describe_guard(guard) -> str:
         _, dtype, device, shape, _, requires_grad, dynamic = guard.data
         dims = ", ".join("?" if i in dynamic else str(d) for i, d in enumerate(shape))
         what = f"{str(dtype).removeprefix('torch.')}[{dims}] on {device}" + (" requires_grad" if requires_grad else "")
+    elif isinstance(guard.data, types.ModuleType):
+        what = f"module {guard.data.__name__}"  # its repr names a file path that varies by install
     else:
         what = repr(guard.data)
         what = what if len(what) <= 60 else what[:57] + "..."
