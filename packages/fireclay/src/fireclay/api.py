@@ -21,7 +21,7 @@ _live: weakref.WeakSet[CapturedFunction] = weakref.WeakSet()
 
 def reset() -> None:
     """Forget every compiled graph and guard: the next call of any compiled function or module
-    captures and compiles again (as after ``torch._dynamo.reset()``)."""
+    captures and compiles again (what a reset of TorchDynamo's caches does for torch.compile)."""
     for captured in list(_live):
         captured.cache.entries.clear()
         captured.cache.given_up = False
