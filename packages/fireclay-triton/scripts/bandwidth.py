@@ -81,6 +81,14 @@ def column_sum_program(rows, cols):
     return Program.single(g), [(rows, cols)]
 
 
+def transpose_add_program(rows, cols):
+    g = Graph("main")
+    x = g.add_input("x", _meta((rows, cols)))
+    y = g.add_input("y", _meta((cols, rows)))
+    g.set_outputs([_call(g, "add.Tensor", _call(g, "permute.default", x, [1, 0]), y)])
+    return Program.single(g), [(rows, cols), (cols, rows)]
+
+
 def eager_of(name):
     return {
         "pointwise gelu(x*y+z)*0.5": lambda x, y, z: torch.nn.functional.gelu(x * y + z) * 0.5,
@@ -88,12 +96,15 @@ def eager_of(name):
         "layer_norm rows": lambda x, w, b: torch.nn.functional.layer_norm(x, (x.shape[1],), w, b),
         "sum rows": lambda x: x.sum(1),
         "sum columns": lambda x: x.sum(0),
+        "transpose x.t() + y": lambda x, y: x.t() + y,
     }[name.split(" [")[0]]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, default=1.0, help="multiply the problem sizes")
+    parser.add_argument("--max-autotune", action="store_true", help="autotune over the larger config set")
+    parser.add_argument("--only", default="", help="run the programs whose name contains this text")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bandwidth.py needs a CUDA GPU")
@@ -108,26 +119,32 @@ def main() -> None:
         ("pointwise gelu(x*y+z)*0.5", pointwise_program(int(64 * 2**20 * s))),
         ("softmax rows [32768x1024]", softmax_program(int(32768 * s), 1024)),
         ("softmax rows [4096x16384]", softmax_program(int(4096 * s), 16384)),
+        ("softmax rows [1024x65536]", softmax_program(int(1024 * s), 65536)),
         ("layer_norm rows [32768x1024]", layer_norm_program(int(32768 * s), 1024)),
         ("layer_norm rows [8192x8192]", layer_norm_program(int(8192 * s), 8192)),
         ("sum rows [32768x2048]", row_sum_program(int(32768 * s), 2048)),
         ("sum columns [16384x4096]", column_sum_program(int(16384 * s), 4096)),
+        ("sum columns [65536x1024]", column_sum_program(int(65536 * s), 1024)),
+        ("transpose x.t() + y [8192x8192]", transpose_add_program(int(8192 * s), 8192)),
     ]
     header = f"{'program':32s} {'MB':>8s} {'kernels':>7s} {'fireclay ms':>11s} {'GB/s':>7s} {'% copy':>7s} " \
              f"{'eager ms':>9s} {'eager GB/s':>10s}"
     print(header)
     print("-" * len(header))
     for name, (program, shapes) in cases:
+        if args.only not in name:
+            continue
         inputs = [torch.randn(sh, device="cuda") for sh in shapes]
-        compiled = compile_program(program, inputs)
+        compiled = compile_program(program, inputs, max_autotune=args.max_autotune)
         torch.testing.assert_close(compiled(*inputs)[0], eager_of(name)(*inputs), atol=1e-3, rtol=1e-3)
+        kinds = ",".join(sorted({k.kind for k in compiled.kernels}))
         nbytes = compiled.scheduled.bytes_moved
         ms = do_bench(lambda c=compiled, i=inputs: c(*i))
         eager = eager_of(name)
         eager_ms = do_bench(lambda f=eager, i=inputs: f(*i))
         gbs = nbytes / ms / 1e6
         print(f"{name:32s} {nbytes / 2**20:8.0f} {len(compiled.kernels):7d} {ms:11.3f} {gbs:7.0f} "
-              f"{100 * gbs / copy_gbs:6.1f}% {eager_ms:9.3f} {nbytes / eager_ms / 1e6:10.0f}")
+              f"{100 * gbs / copy_gbs:6.1f}% {eager_ms:9.3f} {nbytes / eager_ms / 1e6:10.0f}  {kinds}")
 
 
 if __name__ == "__main__":

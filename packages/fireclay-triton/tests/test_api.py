@@ -28,7 +28,7 @@ def _softmax_program(rows: int, cols: int):
     return build_program(fn, (T(rows, cols),), "cpu")
 
 
-@pytest.mark.parametrize("cols,kind", [(100, "persistent"), (8192, "persistent"), (8193, "looped"), (20000, "looped")])
+@pytest.mark.parametrize("cols,kind", [(100, "persistent"), (16384, "persistent"), (16385, "looped"), (40000, "looped")])
 def test_reduction_kind_follows_its_length(cols, kind):
     _, program, _ = _softmax_program(3, cols)
     (k,) = generate_kernels(schedule(lower(program)), interpret=False)

@@ -34,8 +34,22 @@ def _layer_norm():
     return b.output(out)
 
 
-PROGRAMS = {"softmax_persistent": lambda: _softmax(100), "softmax_looped": lambda: _softmax(10000),
-            "gelu_add_broadcast": _gelu_add, "layer_norm_welford": _layer_norm}
+def _transpose_add():
+    b = AtenBuilder()
+    x = b.input(torch.empty(64, 48, device="meta"), "x")
+    y = b.input(torch.empty(48, 64, device="meta"), "y")
+    return b.output(b.call("add.Tensor", b.call("permute.default", x, [1, 0]), y))
+
+
+def _column_sum():
+    b = AtenBuilder()
+    x = b.input(torch.empty(3000, 40, device="meta"), "x")
+    return b.output(b.call("sum.dim_IntList", x, [0]))
+
+
+PROGRAMS = {"softmax_persistent": lambda: _softmax(100), "softmax_looped": lambda: _softmax(20000),
+            "gelu_add_broadcast": _gelu_add, "layer_norm_welford": _layer_norm,
+            "transpose_add_tiled": _transpose_add, "column_sum_looped": _column_sum}
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

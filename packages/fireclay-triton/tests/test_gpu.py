@@ -89,3 +89,96 @@ def test_autotuning_result_is_cached_on_disk(tmp_path):
     launcher.config_for(tuple(tensors), 20, 3000)
     assert launcher.chosen  # read from the cache, without benchmarking again
     torch.testing.assert_close(second(*tensors)[0], b.eager(*tensors)[0], atol=1e-5, rtol=1e-5)
+
+
+# -- the kernel variants (2D tiles, column reductions, online softmax), CUDA graphs, max-autotune
+
+from test_kernel_variants import (  # noqa: E402
+    COLUMN_CASES,
+    SPLIT_CASES,
+    TILED_CASES,
+    program_of,
+    softmax_like,
+    special_rows,
+)
+
+from fireclay_triton import cudagraphify  # noqa: E402
+
+
+@pytest.mark.parametrize("build,shapes,tiled", TILED_CASES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_tiled_kernels_on_gpu(build, shapes, tiled, dtype):
+    from aten_builder import AtenBuilder
+    xs = [torch.randn(s, device="cuda", dtype=dtype) for s in shapes]
+    b = AtenBuilder()
+    handles = [b.input(x, f"x{i}") for i, x in enumerate(xs)]
+    compiled = compile_program(b.output(*build(b, *handles)), xs)
+    assert [k.kind for k in compiled.kernels] == (["tiled"] if tiled else ["pointwise"])
+    for _ in range(2):
+        xs = [torch.randn(s, device="cuda", dtype=dtype) for s in shapes]
+        torch.testing.assert_close(compiled(*xs)[0], b.eager(*xs)[0], atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("build,shape,columns,kind", COLUMN_CASES)
+def test_column_reductions_on_gpu(build, shape, columns, kind):
+    b, program = program_of(build, torch.empty(shape, device="cuda"))
+    compiled = compile_program(program, cfg=Config(autotune=True))
+    assert [(k.columns, k.kind) for k in compiled.kernels] == [(columns, kind)]
+    for _ in range(2):
+        x = torch.randn(shape, device="cuda")
+        torch.testing.assert_close(compiled(x)[0], b.eager(x)[0], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("build,shape,dtype,split", SPLIT_CASES + [
+    pytest.param(SPLIT_CASES[0].values[0], (65536, 1024), torch.float32, True, id="sum_65536x1024"),
+    pytest.param(SPLIT_CASES[0].values[0], (100000, 7), torch.float32, True, id="sum_100000x7")])
+def test_split_column_reductions_on_gpu(build, shape, dtype, split):
+    b, program = program_of(build, torch.empty(shape, dtype=dtype, device="cuda"))
+    compiled = compile_program(program, cfg=Config(autotune=True))
+    assert [k.kind == "split" for k in compiled.kernels if k.kind != "pointwise"] == [split]
+    for _ in range(2):
+        x = torch.randn(shape, device="cuda", dtype=dtype)
+        for got, want in zip(compiled(x), b.eager(x)):
+            torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
+@pytest.mark.parametrize("rows,cols", [(6, 1000), (33, 20000), (5, 130)])
+def test_online_softmax_on_gpu(op, rows, cols):
+    b, program = program_of(softmax_like(op, 1), torch.empty(rows, cols, device="cuda"))
+    compiled = compile_program(program, cfg=Config(persistent_limit=64, autotune=True))
+    assert [k.kind for k in compiled.kernels] == ["looped"]
+    for seed in (0, 1):
+        x = special_rows(rows, cols, seed).cuda()
+        torch.testing.assert_close(compiled(x)[0], b.eager(x)[0], atol=1e-5, rtol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("fn,inputs,atol,rtol", [p for p in PROGRAMS if p.id in (
+    "softmax_rows_3000", "layer_norm_768", "mm_bias_relu", "residual_norm_gelu", "pointwise_transposed")])
+def test_compiled_programs_under_cuda_graphs(fn, inputs, atol, rtol):
+    b, program, tensors = build_program(fn, inputs, "cuda")
+    graphed = cudagraphify(compile_program(program, tensors), tensors)
+    keep = tensors[1:]  # later inputs stay in place (like weights); the first changes every call
+    for seed in range(4):
+        _, _, fresh = build_program(fn, inputs, "cuda", seed=seed)
+        args = [fresh[0], *keep]
+        got, want = graphed(*args), b.eager(*args)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))
+    assert graphed.recordings == 1 and graphed.replays == 3
+    (rec,) = graphed.graphs.values()
+    assert rec.copied == [0] and sorted(rec.in_place) == list(range(1, len(tensors)))
+
+
+@pytest.mark.parametrize("fn,inputs,atol,rtol", [p for p in PROGRAMS if p.id in (
+    "softmax_rows_3000", "sum_over_outer_dim", "pointwise_transposed", "layer_norm_2500")])
+def test_max_autotune_matches_eager_and_caches_apart(fn, inputs, atol, rtol, tmp_path):
+    import json
+    b, program, tensors = build_program(fn, inputs, "cuda")
+    compiled = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path)), max_autotune=True)
+    for seed in (0, 1):
+        _, _, tensors = build_program(fn, inputs, "cuda", seed=seed)
+        for g, w in zip(compiled(*tensors), b.eager(*tensors)):
+            torch.testing.assert_close(g, w, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))
+    keys = json.loads((tmp_path / "triton" / "autotune.json").read_text())
+    assert keys and all("/max/" in k for k in keys)

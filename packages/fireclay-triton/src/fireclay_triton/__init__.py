@@ -6,7 +6,9 @@ Entry point::
     outputs = compiled(*tensors)                                # a tuple of tensors
     compiled.dump("folder")                                     # kernels.py, wrapper.py, schedule.txt
 
-``triton_backend`` is the same as a forward/backward compiler ``(program, inputs) -> callable``.
+``triton_backend`` is the same as a forward/backward compiler ``(program, inputs) -> callable``;
+``cudagraphify(callable, example_inputs)`` runs any such callable through CUDA graphs
+(``mode="reduce-overhead"``; :mod:`fireclay_triton.cudagraphs`).
 Without a GPU, set ``TRITON_INTERPRET=1`` before triton is imported: kernels then run on CPU
 tensors in Triton's interpreter (slow; for tests). Settings: :mod:`fireclay_triton.config`.
 """
@@ -21,11 +23,12 @@ require_sibling("fireclay-triton", __version__, "fireclay_loops", "fireclay-loop
 from fireclay_triton.api import compile_program, generate_kernels, to_scheduled, triton_backend  # noqa: E402
 from fireclay_triton.autotune import LaunchConfig  # noqa: E402
 from fireclay_triton.config import Config, config  # noqa: E402
+from fireclay_triton.cudagraphs import CudaGraphed, cudagraphify  # noqa: E402
 from fireclay_triton.errors import CodegenError, InputError, TritonBackendError  # noqa: E402
 from fireclay_triton.kernel_codegen import KernelSource  # noqa: E402
 from fireclay_triton.runtime import CompiledProgram  # noqa: E402
 
 __all__ = [
-    "CodegenError", "CompiledProgram", "Config", "InputError", "KernelSource", "LaunchConfig",
-    "TritonBackendError", "compile_program", "config", "generate_kernels", "to_scheduled", "triton_backend",
+    "CodegenError", "CompiledProgram", "Config", "CudaGraphed", "InputError", "KernelSource", "LaunchConfig",
+    "TritonBackendError", "compile_program", "config", "cudagraphify", "generate_kernels", "to_scheduled", "triton_backend",
 ]

@@ -48,14 +48,18 @@ def kernel_module_source(kernels: list[KernelSource], interpret: bool) -> str:
 
 
 def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None = None, *,
-                    cfg: Config | None = None) -> runtime.CompiledProgram:
+                    cfg: Config | None = None, max_autotune: bool | None = None) -> runtime.CompiledProgram:
     """Compile a program for a CUDA GPU (or for Triton's interpreter under ``TRITON_INTERPRET=1``);
     returns a callable taking the program's inputs and returning a tuple of outputs.
 
     ``program``: an aten-dialect ``fireclay_ir.Program``, a ``fireclay_loops.LoopProgram`` or a
     ``ScheduledProgram``. ``example_inputs``, when given, are checked against the program's inputs.
+    ``max_autotune=True`` (``mode="max-autotune"``) benchmarks a larger config set per kernel on
+    its first call (slower first call; the choice is cached on disk like the small set's); None
+    reads ``cfg.max_autotune`` (``FIRECLAY_TRITON_MAX_AUTOTUNE``).
     """
     cfg = cfg or config
+    wide = cfg.resolved_max_autotune() if max_autotune is None else bool(max_autotune) and not interpreting()
     interpret = interpreting()
     scheduled = to_scheduled(program)
     kernels = generate_kernels(scheduled, cfg, interpret)
@@ -70,7 +74,9 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
         tuning = TuningCache(cache_dir)
         for k in kernels:
             launchers[k.name] = runtime.Launcher(getattr(module, k.name), k.name, k.kind, digest,
-                                                 cfg.resolved_autotune(), interpret, tuning)
+                                                 cfg.resolved_autotune() or wide, interpret, tuning,
+                                                 columns=k.columns, max_autotune=wide,
+                                                 finisher=getattr(module, k.name + "_finish", None), partials=k.partials)
     namespace.update(launchers)
     wrapper = generate_wrapper(scheduled, {k.name: k for k in kernels})
     for var, op in wrapper.namespace_ops.items():

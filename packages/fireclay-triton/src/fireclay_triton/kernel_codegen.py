@@ -23,6 +23,7 @@ its input once). *Looped* reductions run one ``for`` over ``r`` per stage
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -32,6 +33,14 @@ from fireclay_loops import Kernel
 from fireclay_shapes import ValueRange, triton_code
 from fireclay_triton.errors import CodegenError
 from fireclay_triton.prelude import BINARY_MATH, UNARY_MATH
+from fireclay_triton.tiling import (
+    COLUMN_PERSISTENT_LIMIT,
+    NotSplittable,
+    finisher_source,
+    reduces_columns,
+    should_split,
+    tiled_kernel,
+)
 
 TL = {"float64": "tl.float64", "float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16",
       "int64": "tl.int64", "int32": "tl.int32", "int16": "tl.int16", "int8": "tl.int8", "uint8": "tl.uint8",
@@ -65,6 +74,7 @@ class _Val:
     r: bool  # computed inside the reduction loop
     post: int = -1  # the latest stage whose reduction result it reads (it goes after that loop)
     parts: list[_Val] = field(default_factory=list)  # welford: mean, m2, count
+    op: tuple = ()  # (op name, operand values...) for the few ops reduction patterns look for
 
 
 @dataclass
@@ -75,10 +85,12 @@ class KernelSource:
     source: str
     buffers: list[str]  # pointer arguments, in this order
     symbols: list[str]  # then integer sizes
-    kind: str  # "pointwise", "persistent" or "looped"
+    kind: str  # "pointwise", "tiled" (2D pointwise), "persistent", "looped" or "split"
     numel: sympy.Expr  # outer points
     rnumel: sympy.Expr  # reduction points (1 for pointwise kernels)
     index64: bool
+    columns: bool = False  # a reduction whose accesses are contiguous along the outer points
+    partials: int = 0  # split kernels: the reductions whose partial results go through the workspace
 
 
 class _TritonValues:
@@ -89,7 +101,7 @@ class _TritonValues:
         self.flat_r = flat_r
 
     # -- helpers
-    def _val(self, expr: str, dtype: str, deps: list[_Val], dims=None) -> _Val:
+    def _val(self, expr: str, dtype: str, deps: list[_Val], dims=None, op: tuple = ()) -> _Val:
         gen = self.gen
         key = (expr, dtype)
         if key in gen.cse:
@@ -97,7 +109,7 @@ class _TritonValues:
         dims = frozenset().union(*(d.dims for d in deps)) if dims is None else frozenset(dims)
         name = gen.fresh("tmp")
         v = _Val(name, f"{name} = {expr}", deps, dtype, dims, any(d.r for d in deps),
-                 max((d.post for d in deps), default=-1))
+                 max((d.post for d in deps), default=-1), op=op)
         gen.cse[key] = v
         return v
 
@@ -149,6 +161,9 @@ class _TritonValues:
             return None
         ptr, deps, r, dims = self._pointer(buf, index)
         gen.use_buffer(buf, write=True)
+        if gen.split:
+            gen.split_store(ptr, deps, r, dtype, value)
+            return None
         gen.stored[(buf, ptr)] = self.to_dtype(value, dtype) if value.dtype != dtype else value
         mask = "xrmask" if r else "xmask"
         v = _Val("", f"tl.store({ptr}, {value.name}.to({tl_dtype(dtype)}), {mask})", deps + [value], dtype, dims,
@@ -180,7 +195,7 @@ class _TritonValues:
     def to_dtype(self, x, dtype):
         if dtype == "bool":
             return self._val(f"{x.name} != 0", dtype, [x])
-        return self._val(f"{x.name}.to({tl_dtype(dtype)})", dtype, [x])
+        return self._val(f"{x.name}.to({tl_dtype(dtype)})", dtype, [x], op=("to_dtype", x))
 
     def random(self, kind, seed, offset):
         text, deps, dims = self.gen.index(offset)
@@ -215,7 +230,7 @@ class _TritonValues:
             return lambda a, b: self._val(f"{a.name} {_CMP[name]} {b.name}", "bool", [a, b])
         if name in _ARITH:
             return lambda a, b: self._val(f"({a.name} {_ARITH[name]} {b.name}).to({tl_dtype(a.dtype)})", a.dtype,
-                                          [a, b])
+                                          [a, b], op=(name, a, b))
         if name in ("logical_and", "logical_or", "logical_xor"):
             op = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}[name]
             return lambda a, b: self._val(f"({a.name} != 0) {op} ({b.name} != 0)", "bool", [a, b])
@@ -240,7 +255,7 @@ class _TritonValues:
         dtype = args[0].dtype
         names = [a.name if _is_float(a.dtype) else f"{a.name}.to(tl.float32)" for a in args]
         fields = dict(zip("ab", names))
-        return self._val(f"({text.format(**fields)}).to({tl_dtype(dtype)})", dtype, list(args))
+        return self._val(f"({text.format(**fields)}).to({tl_dtype(dtype)})", dtype, list(args), op=(name, *args))
 
     def _b_truediv(self, a, b):
         return self._val(f"({a.name} / {b.name}).to({tl_dtype(a.dtype)})", a.dtype, [a, b])
@@ -347,7 +362,8 @@ def _extreme(dtype: str, largest: bool) -> str:
 
 class _KernelGen:
     def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str],
-                 storage_numel: Callable[[str], sympy.Expr], interpret: bool, persistent_limit: int):
+                 storage_numel: Callable[[str], sympy.Expr], interpret: bool, persistent_limit: int,
+                 tiled: bool = False, columns: bool = False, split: bool = False):
         self.kernel = kernel
         self.storage_numel = storage_numel
         self.buffer_dtype = buffer_dtype
@@ -364,16 +380,31 @@ class _KernelGen:
         self.finals: list[_Val] = []  # reduction results of the stage being generated
         self.stage = 0
         self.counter = 0
+        self.main: list[str] = []  # the function body, as placed so far
+        self.loop_marks: dict[int, list[int]] = {}  # looped stage -> [its "for" line, its loop's end] in main
+        self.max_results: dict[int, tuple[_Val, int]] = {}  # id(max result) -> (the value reduced, its stage)
+        self._canon_memo: dict[int, str] = {}
         self.sizes = {v.name: s for v, s in zip(kernel.xvars + kernel.rvars, kernel.xsizes + kernel.rsizes)}
         self.xnames = {v.name for v in kernel.xvars}
         self.rnames = {v.name for v in kernel.rvars}
         rnumel = kernel.rnumel
-        if not self.reducing:
+        self.columns = columns
+        if columns:
+            persistent_limit = min(persistent_limit, COLUMN_PERSISTENT_LIMIT)
+        if tiled:
+            self.kind = "tiled"
+        elif not self.reducing:
             self.kind = "pointwise"
         elif rnumel.is_Integer and int(rnumel) <= persistent_limit:
             self.kind = "persistent"
         else:
             self.kind = "looped"
+        self.split = split and self.kind == "looped"
+        if self.split:
+            self.kind = "split"
+        self.looped = self.kind in ("looped", "split")
+        self.split_sums: set[int] = set()  # id of each sum result whose partials go to the workspace
+        self.split_stores: list[tuple[str, str]] = []  # (pointer text, dtype) of each stored sum, in order
         self.index64 = self._needs_index64()
 
     def _needs_index64(self) -> bool:
@@ -487,6 +518,12 @@ class _KernelGen:
             done.parts = [_Val(f"{res}_{p}", "", [done], dtype, frozenset({"x"}), False, self.stage)
                           for p in ("mean", "m2", "w")]
         else:
+            if self.split:
+                self._split_sum_check(reduction_type, dtype)
+            elif reduction_type == "sum" and self.kind == "looped" and _is_float(dtype):
+                found = self._online_softmax_source(value)
+                if found is not None:
+                    return self._online_sum(dtype, *found)
             if reduction_type in ("any", "all"):
                 t, v = "tl.int8", f"({value.name} != 0).to(tl.int8)"
                 init_text = _INIT[reduction_type]
@@ -504,9 +541,100 @@ class _KernelGen:
                      "any": f"tl.max({acc}, 1) != 0", "all": f"tl.min({acc}, 1) != 0"}[reduction_type]
             res = self.fresh("red")
             done = _Val(res, f"{res} = ({final})[:, None]", [update], dtype, frozenset({"x"}), False, self.stage)
+            if reduction_type == "max" and self.kind == "looped" and _is_float(dtype):
+                self.max_results[id(done)] = (value, self.stage)
+            if self.split:
+                self.split_sums.add(id(done))
         self.roots.append(update)
         self.finals.append(done)
         return done
+
+    # -- split reductions: partial sums per chunk of the reduction, summed by a finisher kernel
+    def _split_sum_check(self, reduction_type: str, dtype: str) -> None:
+        if reduction_type != "sum" or dtype != "float32" or self.stage != 0:
+            raise NotSplittable(f"a {reduction_type} in {dtype} at stage {self.stage}")
+
+    def split_store(self, ptr: str, deps: list[_Val], r: bool, dtype: str, value: _Val) -> None:
+        """A split kernel stores only sum results, each at an index of the outer points alone;
+        it writes them as partials to the workspace and the finisher stores them."""
+        red = value
+        while red.op and red.op[0] == "to_dtype":
+            red = red.op[1]
+        if r or deps or id(red) not in self.split_sums:
+            raise NotSplittable("a store of something other than a sum result")
+        k = len(self.split_stores)
+        self.split_stores.append((ptr, tl_dtype(dtype)))
+        self.roots.append(_Val("", f"tl.store(ws + (({k} * tl.num_programs(1) + tl.program_id(1)) * xnumel + xindex), "
+                                   f"{red.name}, xmask)", [red], "float32", frozenset({"x"}), False, red.post))
+
+    # -- online softmax: sum(exp(a - max(a))) in the loop that computes max(a)
+    def _canon(self, v: _Val) -> str:
+        """The value's expression with its operands spelt out: equal for the same computation
+        in two stages (whose statements have different names)."""
+        got = self._canon_memo.get(id(v))
+        if got is None:
+            expr = v.line.split(" = ", 1)[1] if " = " in v.line and "\n" not in v.line else v.line
+            names = {d.name: self._canon(d) for d in v.deps}
+            got = re.sub(r"[A-Za-z_]\w*", lambda m: names.get(m.group(0), m.group(0)), expr)
+            self._canon_memo[id(v)] = got
+        return got
+
+    def _online_softmax_source(self, value: _Val) -> tuple[_Val, int] | None:
+        """For ``sum(exp(a - m))`` where ``m = max(a)`` was reduced by an earlier loop of this
+        kernel: (``a`` as that loop computed it, that loop's stage)."""
+        def strip(v: _Val) -> _Val:
+            while v.op and v.op[0] == "to_dtype" and _is_float(v.dtype):
+                v = v.op[1]
+            return v
+
+        e = strip(value)
+        if e.op[:1] != ("exp",):
+            return None
+        d = strip(e.op[1])
+        if d.op[:1] != ("sub",):
+            return None
+        a, m = d.op[1], strip(d.op[2])
+        found = self.max_results.get(id(m))
+        if found is None or found[1] >= self.stage or found[1] not in self.loop_marks:
+            return None
+        if self._canon(strip(a)) != self._canon(strip(found[0])):
+            return None
+        return found
+
+    def _insert(self, pos: int, lines: list[str], outside_loop_of: int | None = None) -> None:
+        self.main[pos:pos] = lines
+        for stage, mark in self.loop_marks.items():
+            for i in (0, 1):
+                if mark[i] > pos or (mark[i] == pos and not (stage == outside_loop_of and i == 1)):
+                    mark[i] += len(lines)
+
+    def _online_sum(self, dtype: str, a: _Val, stage: int) -> _Val:
+        """Keep a running max and a sum rescaled to it per lane in the loop of ``stage`` (which
+        already reads ``a``), so the row is read once for both reductions, not twice.
+
+        Per lane: ``s = s * exp(m_old - m_new) + exp(a - m_new)``; lanes merge as
+        ``sum(s_lane * exp(m_lane - m))``. A lane whose max is still -inf holds no sum; it gives
+        NaN only when the whole row is -inf, as ``exp(-inf - -inf)`` does in eager."""
+        acc, res = self.fresh("acc"), self.fresh("red")
+        t, full, ninf = tl_dtype(dtype), "[XBLOCK, RBLOCK]", 'float("-inf")'
+        pre = [f"{acc}_m = tl.full({full}, {ninf}, {t})", f"{acc}_s = tl.zeros({full}, {t})",
+               f"{acc}_seen = tl.zeros({full}, tl.int8)"]
+        loop = [f"{acc}_v = {a.name}.to({t})",
+                f"{acc}_mn = tl.where(xrmask, fc_maximum({acc}_m, {acc}_v), {acc}_m)",
+                f"{acc}_s = tl.where(xrmask, {acc}_s * tl.where({acc}_mn == {ninf}, 1.0, tl.exp({acc}_m - {acc}_mn)) "
+                f"+ tl.where({acc}_mn == {ninf}, 0.0, tl.exp({acc}_v - {acc}_mn)), {acc}_s)",
+                f"{acc}_m = {acc}_mn",
+                f"{acc}_seen = tl.maximum({acc}_seen, xrmask.to(tl.int8))"]
+        lane_max = f"tl.max({acc}_m, 1)" if self.interpret else f"tl.reduce({acc}_m, 1, fc_maximum)"
+        post = [f"{res}_m = ({lane_max})[:, None]",
+                f"{res}_c = tl.where({acc}_m == {ninf}, tl.where(({acc}_seen != 0) & ({res}_m == {ninf}), "
+                f'float("nan"), 0.0), {acc}_s * tl.exp({acc}_m - {res}_m))',
+                f"{res} = (tl.sum({res}_c, 1))[:, None].to({t})"]
+        mark = self.loop_marks[stage]
+        self._insert(mark[0], pre)
+        self._insert(mark[1], ["    " + ln for ln in loop])
+        self._insert(mark[1], post, outside_loop_of=stage)
+        return _Val(res, "", [], dtype, frozenset({"x"}), False, stage)
 
     def flat_r_of(self, h: _TritonValues) -> sympy.Expr:
         return h.flat_r
@@ -517,10 +645,10 @@ class _KernelGen:
         stages: dict[int, list] = {}
         for kn in k.nodes:
             stages.setdefault(kn.stage, []).append(kn)
-        main: list[str] = []
+        main = self.main
         main_seen: set[int] = set()
         for stage in sorted(stages):
-            if self.kind == "looped":
+            if self.looped:
                 self.cse = {}  # values of an earlier loop are out of scope
             self.roots = []
             self.finals = []
@@ -535,7 +663,7 @@ class _KernelGen:
         return self._function(main)
 
     def _place_stage(self, main: list[str], main_seen: set[int]) -> None:
-        looped = self.kind == "looped"
+        looped = self.looped
         pre: list[str] = []
         loop: list[str] = [] if looped else pre
         loop_seen: set[int] = set() if looped else main_seen
@@ -566,11 +694,21 @@ class _KernelGen:
             main.extend(pre)
             return
         main.extend(pre)
-        if loop:
+        if loop and self.split:  # this program's chunk of the reduction (grid axis 1)
+            start = len(main)
+            main.append("for roffset in range(0, rchunk, RBLOCK):")
+            rdefs = ["rindex = rstart + roffset + rbase", "rmask = (rindex < rnumel) & (roffset + rbase < rchunk)",
+                     "xrmask = xmask & rmask"]
+            rdefs += self._var_defs("r", "rindex")
+            main.extend("    " + ln for ln in rdefs + loop)
+            self.loop_marks[self.stage] = [start, len(main)]
+        elif loop:
+            start = len(main)
             main.append("for roffset in range(0, rnumel, RBLOCK):")
             rdefs = ["rindex = roffset + rbase", "rmask = rindex < rnumel", "xrmask = xmask & rmask"]
             rdefs += self._var_defs("r", "rindex")
             main.extend("    " + ln for ln in rdefs + loop)
+            self.loop_marks[self.stage] = [start, len(main)]
         main.extend(post)
 
     def _var_defs(self, which: str, flat: str) -> list[str]:
@@ -604,6 +742,12 @@ class _KernelGen:
             if self.kind == "persistent":
                 head += ["rindex = rbase", "rmask = rindex < rnumel", "xrmask = xmask & rmask"]
                 head += self._var_defs("r", "rindex")
+            elif self.kind == "split":
+                head += [f"rstart = tl.program_id(1){i64} * rchunk"]
+            elif self.kind == "tiled":  # columns of the tile from grid axis 1
+                head += [f"rindex = tl.program_id(1){i64} * RBLOCK + rbase", "rmask = rindex < rnumel",
+                         "xrmask = xmask & rmask"]
+                head += self._var_defs("r", "rindex")
         else:
             head += [f"xoffset = tl.program_id(0){i64} * XBLOCK",
                      f"xindex = xoffset + tl.arange(0, XBLOCK){i64}",
@@ -612,22 +756,46 @@ class _KernelGen:
             head += self._var_defs("x", "xindex")
         buffers = sorted(self.buffers)
         symbols = sorted(self.symbols)
-        params = buffers + symbols + ["xnumel"]
+        params = buffers + symbols + (["ws", "rchunk: tl.constexpr" if self.interpret else "rchunk"]
+                                      if self.split else []) + ["xnumel"]
         # Triton's interpreter cannot loop to a runtime bound (numpy refuses int() of its 1-element
         # arrays): there the reduction length is a compile-time constant, which costs nothing.
-        rnumel = "rnumel: tl.constexpr" if self.interpret and self.kind == "looped" else "rnumel"
+        rnumel = "rnumel: tl.constexpr" if self.interpret and self.looped else "rnumel"
         params += [rnumel, "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"] if self.reducing else \
             ["XBLOCK: tl.constexpr"]
         lines = ["@triton.jit", f"def {k.name}({', '.join(params)}):"]
         lines += ["    " + ln for ln in head + body]
-        return KernelSource(k.name, "\n".join(lines) + "\n", buffers, symbols, self.kind, k.numel,
-                            k.rnumel if self.reducing else sympy.Integer(1), self.index64)
+        source = "\n".join(lines) + "\n"
+        if self.split:
+            source += "\n" + finisher_source(k.name, params, self._var_defs("x", "xindex"), self.split_stores,
+                                             self.index64)
+        return KernelSource(k.name, source, buffers, symbols, self.kind, k.numel,
+                            k.rnumel if self.reducing else sympy.Integer(1), self.index64, self.columns,
+                            len(self.split_stores))
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str],
                     storage_numel: Callable[[str], sympy.Expr], interpret: bool,
-                    persistent_limit: int = 8192) -> KernelSource:
+                    persistent_limit: int = 16384) -> KernelSource:
     """Triton for one kernel. ``storage_numel(buffer)`` is the elements a buffer spans (it decides
     32- or 64-bit indexing); ``interpret`` spells math for Triton's CPU interpreter; reductions of
-    at most ``persistent_limit`` points are persistent."""
-    return _KernelGen(kernel, buffer_dtype, storage_numel, interpret, persistent_limit).generate()
+    at most ``persistent_limit`` points are persistent (column reductions: at most
+    ``COLUMN_PERSISTENT_LIMIT``); pointwise kernels whose accesses are contiguous along different
+    variables are 2D tiled (see :mod:`fireclay_triton.tiling`)."""
+    tiled = tiled_kernel(kernel)
+    if tiled is not None:
+        return _KernelGen(tiled, buffer_dtype, storage_numel, interpret, persistent_limit, tiled=True).generate()
+    columns = reduces_columns(kernel)
+    if columns and should_split(kernel):
+        try:
+            return _KernelGen(kernel, buffer_dtype, storage_numel, interpret, persistent_limit, columns=True,
+                              split=True).generate()
+        except NotSplittable:
+            pass  # an epilogue or another reduction: one program per column block
+    try:
+        return _KernelGen(kernel, buffer_dtype, storage_numel, interpret, persistent_limit, columns=columns).generate()
+    except CodegenError:
+        if not columns:
+            raise
+        # the loop structure a column-shaped looped kernel needs did not fit: one tile, as for rows
+        return _KernelGen(kernel, buffer_dtype, storage_numel, interpret, persistent_limit).generate()

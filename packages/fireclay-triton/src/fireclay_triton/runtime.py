@@ -11,15 +11,20 @@ from typing import Any
 
 import torch
 
-from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, tuning_key
+from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, next_pow2, tuning_key
 from fireclay_triton.config import interpreting
 from fireclay_triton.errors import InputError, TritonBackendError
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
 def as_base(t: Any, name: str, dtype: torch.dtype, size: tuple, stride: tuple, offset: int,
             storage_numel: int) -> torch.Tensor:
     """The input as a base tensor whose ``data_ptr()`` is index 0 of the buffer's layout; a copy
     in that layout when the input's strides or offset differ from the compiled ones."""
+    # the common case first, in as few attribute reads as possible: this runs per input per call
+    if offset == 0 and t.__class__ in _PLAIN_TENSORS and t.dtype is dtype and t.shape == size and t.stride() == stride:
+        return t
     if not isinstance(t, torch.Tensor):
         raise InputError(f"input {name!r} should be a tensor, got {type(t).__name__}")
     if t.dtype != dtype or t.dim() != len(size):
@@ -92,15 +97,36 @@ def load_module(source: str, folder: str):
     return module, digest
 
 
+def time_ms(fn: Callable[[], None], runs: int = 10) -> float:
+    """Milliseconds per run of ``fn`` on the current stream, timed with CUDA events after two
+    warm-up runs (which compile). No cache-flush buffer, unlike ``triton.testing.do_bench``:
+    its 256 MB scratch allocation would become the program's peak memory on the first call."""
+    fn()
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(runs):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / runs
+
+
 class Launcher:
     """Launches one kernel: picks its config (heuristic, or autotuned once per size bucket and
     cached on disk) and computes the grid."""
 
     def __init__(self, fn: Any, name: str, kind: str, source_hash: str, autotune: bool, interpret: bool,
-                 cache: TuningCache):
+                 cache: TuningCache, columns: bool = False, max_autotune: bool = False, finisher: Any = None,
+                 partials: int = 0):
         self.fn = fn
+        self.finisher = finisher  # split kernels: adds the partials
+        self.partials = partials
+        self._sms = 0
         self.name = name
         self.kind = kind
+        self.columns = columns
+        self.max_autotune = max_autotune
         self.source_hash = source_hash
         self.autotune = autotune
         self.interpret = interpret
@@ -109,34 +135,53 @@ class Launcher:
 
     def _run(self, cfg: LaunchConfig, args: tuple, numel: int, rnumel: int) -> None:
         grid = (max(1, -(-numel // cfg.XBLOCK)),)
+        if self.kind == "split":
+            self._run_split(cfg, args, numel, rnumel, grid[0])
+            return
+        if self.kind == "tiled":
+            grid = (grid[0], max(1, -(-rnumel // cfg.RBLOCK)))
         if self.kind == "pointwise":
             self.fn[grid](*args, numel, XBLOCK=cfg.XBLOCK, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
         else:
             self.fn[grid](*args, numel, rnumel, XBLOCK=cfg.XBLOCK, RBLOCK=cfg.RBLOCK, num_warps=cfg.num_warps,
                           num_stages=cfg.num_stages)
 
+    def _run_split(self, cfg: LaunchConfig, args: tuple, numel: int, rnumel: int, programs: int) -> None:
+        """Enough chunks of the reduction for about four programs per SM (at most 64 chunks)."""
+        device = next(a.device for a in args if isinstance(a, torch.Tensor))
+        if not self._sms:
+            self._sms = 8 if self.interpret else torch.cuda.get_device_properties(device).multi_processor_count
+        nsplit = max(1, min(64, -(-4 * self._sms // programs), -(-rnumel // cfg.RBLOCK)))
+        per_split = -(-rnumel // nsplit)
+        chunk = -(-per_split // cfg.RBLOCK) * cfg.RBLOCK  # whole tiles per chunk
+        nsplit = -(-rnumel // chunk)
+        ws = torch.empty(self.partials * nsplit * numel, dtype=torch.float32, device=device)
+        self.fn[(programs, nsplit)](*args, ws, chunk, numel, rnumel, XBLOCK=cfg.XBLOCK, RBLOCK=cfg.RBLOCK,
+                                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        fx = 32 if nsplit > 32 else 64
+        self.finisher[(-(-numel // fx),)](*args, ws, nsplit, numel, XBLOCK=fx, NSPLIT=next_pow2(nsplit), num_warps=4)
+
     def config_for(self, args: tuple, numel: int, rnumel: int) -> LaunchConfig:
         found = self.chosen.get((numel, rnumel))
         if found is not None:
             return found
-        options = candidates(self.kind, numel, rnumel, self.interpret)
+        options = candidates(self.kind, numel, rnumel, self.interpret, self.columns, self.max_autotune)
         cfg = options[0]
         if self.autotune and len(options) > 1:
             device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cuda"))
-            key = tuning_key(self.source_hash + self.name, numel, rnumel, torch.cuda.get_device_name(device))
+            key = tuning_key(self.source_hash + self.name + ("/max" if self.max_autotune else ""), numel, rnumel,
+                             torch.cuda.get_device_name(device))
             cfg = self.cache.get(key) or self._tune(options, args, numel, rnumel, key)
         self.chosen[(numel, rnumel)] = cfg
         return cfg
 
     def _tune(self, options: list[LaunchConfig], args: tuple, numel: int, rnumel: int, key: str) -> LaunchConfig:
-        from triton.testing import do_bench
-
         # Kernels never write a buffer they read (the memory plan reuses only dead buffers), so
         # running one repeatedly is harmless.
         times = []
         for cfg in options:
             try:
-                times.append((do_bench(lambda c=cfg: self._run(c, args, numel, rnumel), warmup=5, rep=20), cfg))
+                times.append((time_ms(lambda c=cfg: self._run(c, args, numel, rnumel)), cfg))
             except Exception:  # a config that does not compile (too many registers...) is skipped
                 continue
         best = min(times, key=lambda t: t[0])[1] if times else options[0]

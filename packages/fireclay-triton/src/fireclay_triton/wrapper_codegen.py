@@ -79,6 +79,8 @@ def _literal(w: WrapperSource, a: Any) -> str:
 
 
 def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSource]) -> WrapperSource:
+    """The wrapper of ``scheduled``. Buffers are deleted after their last use, and an allocation
+    several buffers share after its last buffer, so the program's peak follows the memory plan."""
     prog = scheduled.program
     plan = scheduled.plan
     w = WrapperSource()
@@ -87,6 +89,12 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
         owners.setdefault(a, []).append(b)
     alone = {b for b, a in plan.buffer_allocation.items()
              if len(owners[a]) == 1 and not prog.buffers[b].is_input and prog.buffers[b].offset == 0}
+    # an extern call's result is the buffer itself (copied only when its layout differs), never
+    # copied into planned memory: that copy would cost a pass over it and its size again at peak
+    alone |= {b for k, step in enumerate(scheduled.steps) if isinstance(step, ExternNode) for b in step.outputs
+              if b in prog.buffers and not prog.buffers[b].is_input and prog.buffers[b].offset == 0
+              and plan.lifetimes.get(b, (k,))[0] == k}  # the extern call is the buffer's first writer
+    owners = {a: [b for b in bs if b not in alone] for a, bs in owners.items()}
     w.lines.append(f"def call({', '.join(prog.inputs)}):")
     bound: set[str] = set()
     for name in prog.inputs:
@@ -105,6 +113,14 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
         w.line(f"{name} = as_base({name}, {name!r}, torch.{buf.dtype}, {_shape(buf.size)}, {_shape(buf.stride)}, "
                f"{_py(buf.offset)}, {_py(buf.storage_numel)})")
     mems: set[str] = set()
+    # the step after which an allocation's last buffer dies (allocations holding an output or a
+    # kept input never die); until then a freed buffer's memory waits for the next buffer the plan
+    # puts there, after it the allocation is deleted so the caching allocator can hand it out
+    freed_at = {b: k for k, bs in plan.free_after.items() for b in bs}
+    last_free: dict[str, int] = {}
+    for a, bs in owners.items():
+        if bs and all(b in freed_at for b in bs):
+            last_free[a] = max(freed_at[b] for b in bs)
     for k, step in enumerate(scheduled.steps):
         produced_by_extern = set(step.outputs) if isinstance(step, ExternNode) else set()
         for b in plan.allocate_before.get(k, []):
@@ -130,8 +146,13 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
         else:
             _extern_call(w, step, prog, alone)
         for b in plan.free_after.get(k, []):
-            if b in alone and b not in prog.inputs:
-                w.line(f"del {b}")
+            if b in prog.inputs:
+                continue
+            names = [b]
+            a = plan.buffer_allocation[b]
+            if b not in alone and last_free.get(a) == k and a in mems:
+                names.append(a)  # no buffer uses the allocation after this one: give it back now
+            w.line(f"del {', '.join(names)}")
     outs = []
     for o in prog.outputs:
         if isinstance(o, Constant):
@@ -167,3 +188,4 @@ def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str]) -> N
             w.line(f"{b} = conform(results[{i}], {_shape(buf.size)}, {_shape(buf.stride)})")
         else:
             w.line(f"view({b}, {_shape(buf.size)}, {_shape(buf.stride)}, {_py(buf.offset)}).copy_(results[{i}])")
+    w.line("del result, results  # an extern result must not outlive its buffer")

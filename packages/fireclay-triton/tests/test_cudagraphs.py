@@ -1,0 +1,146 @@
+"""cudagraphify: replayed results match plain calls on fresh inputs, inputs kept in place are
+not copied, new signatures record new graphs (bounded), outputs survive the next call, and
+everything a graph cannot serve runs plainly. The recording tests need a CUDA GPU."""
+
+import logging
+
+import pytest
+import torch
+
+from fireclay_triton import CudaGraphed, cudagraphify
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def affine_gelu(x, w):
+    return (torch.nn.functional.gelu(x @ w + 1.0), x.sum(0))
+
+
+@pytest.mark.parametrize("args", [
+    (torch.randn(4, 3), torch.randn(3, 5)),  # CPU tensors
+    (torch.randn(4, 3), 2.5),  # a constant beside a CPU tensor
+], ids=["cpu_tensors", "cpu_and_constant"])
+def test_calls_a_graph_cannot_serve_run_plainly(args, caplog):
+    def fn(x, w):
+        return (x * w,) if not isinstance(w, torch.Tensor) else affine_gelu(x, w)
+    graphed = cudagraphify(fn, list(args))
+    assert isinstance(graphed, CudaGraphed)
+    with caplog.at_level(logging.INFO, logger="fireclay_triton"):
+        for _ in range(3):
+            got, want = graphed(*args), fn(*args)
+            assert type(got) is tuple and len(got) == len(want)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w)
+    assert graphed.plain_calls == 3 and graphed.recordings == 0
+    assert sum("CUDA graphs off" in r.getMessage() for r in caplog.records) == 1  # logged once per cause
+    assert "not a CUDA device" in caplog.text or "no CUDA tensor" in caplog.text
+
+
+def test_unsupported_argument_kinds_run_plainly():
+    graphed = cudagraphify(lambda x, xs: (x + len(xs),), None)
+    x = torch.ones(3)
+    torch.testing.assert_close(graphed(x, [1, 2])[0], x + 2)
+    assert graphed.plain_calls == 1
+
+
+@cuda
+def test_replays_match_plain_calls_on_fresh_inputs():
+    w = torch.randn(64, 32, device="cuda")
+    graphed = cudagraphify(affine_gelu, [torch.randn(16, 64, device="cuda"), w])
+    for seed in range(5):
+        x = torch.randn(16, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(seed))
+        got, want = graphed(x, w), affine_gelu(x, w)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+    assert (graphed.recordings, graphed.plain_calls, graphed.replays) == (1, 1, 4)
+    (rec,) = graphed.graphs.values()
+    assert rec.copied == [0] and list(rec.in_place) == [1]  # the weight is read in place, not copied
+
+
+@cuda
+def test_inputs_kept_in_place_are_read_where_they_are():
+    w = torch.randn(8, 8, device="cuda")
+    graphed = cudagraphify(lambda x, w: (x @ w,), None)
+    x = torch.randn(4, 8, device="cuda")
+    for _ in range(3):
+        graphed(x, w)
+    with torch.no_grad():
+        w.mul_(2.0)  # an optimizer step: same storage, new values
+    torch.testing.assert_close(graphed(x, w)[0], x @ w)
+    w2 = torch.randn(8, 8, device="cuda")  # moved: recorded again with w copied
+    torch.testing.assert_close(graphed(x, w2)[0], x @ w2)
+    torch.testing.assert_close(graphed(x, w)[0], x @ w)
+    (rec,) = graphed.graphs.values()
+    assert rec.copied == [1] and list(rec.in_place) == [0] and graphed.recordings == 2
+
+
+@cuda
+def test_new_signature_records_a_new_graph_up_to_the_bound(caplog):
+    def fn(x):
+        return (torch.softmax(x, -1) * 2,)
+    graphed = cudagraphify(fn, None, max_graphs=2)
+    shapes = [(4, 16), (8, 16), (4, 16), (3, 5), (8, 16), (3, 5), (3, 5)]
+    with caplog.at_level(logging.INFO, logger="fireclay_triton"):
+        for i, shape in enumerate(shapes):
+            x = torch.randn(shape, device="cuda", generator=torch.Generator("cuda").manual_seed(i))
+            torch.testing.assert_close(graphed(x)[0], fn(x)[0])
+    assert graphed.recordings == 2 and len(graphed.graphs) == 2
+    assert "max_graphs" in caplog.text
+    x = torch.randn(8, 16, device="cuda").t()  # same shape as a recorded one, other strides: another signature
+    torch.testing.assert_close(graphed(x)[0], fn(x)[0])
+
+
+@cuda
+@pytest.mark.parametrize("copy_outputs", [True, False])
+def test_outputs_survive_the_next_call_unless_asked_otherwise(copy_outputs):
+    def fn(x):
+        return (x * 3, (x + 1).t(), 7)
+    graphed = cudagraphify(fn, None, copy_outputs=copy_outputs)
+    xs = [torch.randn(6, 5, device="cuda") for _ in range(4)]
+    outs = [graphed(x) for x in xs]
+    assert outs[-1][2] == 7 and outs[-1][1].stride() == fn(xs[-1])[1].stride()
+    if copy_outputs:
+        for x, out in zip(xs, outs):
+            torch.testing.assert_close(out[0], x * 3)
+            torch.testing.assert_close(out[1], (x + 1).t())
+    else:  # the graph's own memory: the last replay's values in every replayed result
+        assert outs[2][0].data_ptr() == outs[3][0].data_ptr()
+        torch.testing.assert_close(outs[2][0], xs[3] * 3)
+
+
+@cuda
+def test_inputs_needing_gradients_run_plainly():
+    graphed = cudagraphify(lambda x: (x * 2,), None)
+    x = torch.randn(3, device="cuda", requires_grad=True)
+    for _ in range(3):
+        out = graphed(x)[0]
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+    assert graphed.recordings == 0
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(graphed(x)[0], x * 2)
+    assert graphed.recordings == 1
+
+
+def test_outputs_pack_into_one_staging_buffer_and_come_back_equal():
+    """The packing a graph does on the GPU, on CPU tensors: every output (mixed dtypes, a
+    transposed view, a strided slice, an empty tensor, a constant) back with its values, dense
+    outputs with their strides."""
+    gen = torch.Generator().manual_seed(0)
+    outs = (torch.randn(3, 5, generator=gen), torch.randn(4, 6, generator=gen).t(), 7, torch.arange(5),
+            torch.randn(2, 3, generator=gen)[:, ::2], torch.zeros(0, 3), torch.rand(4, generator=gen) > 0.5,
+            torch.randn(3, generator=gen).half())
+    staging, specs = CudaGraphed(lambda: None)._stage(outs)
+    assert staging.dtype == torch.uint8 and all(s.offset % 256 == 0 for s in specs)
+    fresh = staging.clone()
+    typed = {s.dtype: fresh.view(s.dtype) for s in specs if s.index >= 0}
+    back = [s.constant if s.index < 0 else typed[s.dtype].as_strided(s.size, s.stride, s.offset // s.itemsize)
+            for s in specs]
+    for want, got in zip(outs, back):
+        if not isinstance(want, torch.Tensor):
+            assert got == want
+            continue
+        assert got.dtype == want.dtype and torch.equal(got, want)
+        dense = want.numel() == 0 or 1 + sum((n - 1) * st for n, st in zip(want.shape, want.stride())) == want.numel()
+        assert got.stride() == (want.stride() if dense else want.contiguous().stride())
