@@ -129,6 +129,124 @@ SHAPES = {
                 y = y * 2
             return y + 1
     """,
+    "try_except_caught": """
+        def fn(x, w):
+            y = x + w
+            try:
+                {BREAK}
+                y = y * 2
+                fail_if(True)
+                y = y + 100
+            except ValueError:
+                y = y - 1
+            return y
+    """,
+    "try_finally": """
+        def fn(x, w):
+            y = x * w
+            try:
+                {BREAK}
+                y = y + 1
+            finally:
+                EVENTS.append("finally")
+            return y
+    """,
+    "nested_try_finally_raises": """
+        def fn(x, w):
+            y = x + 1
+            try:
+                try:
+                    {BREAK}
+                    y = y * w
+                    fail_if(True)
+                finally:
+                    EVENTS.append("inner finally")
+                    y = y + 2
+            except ValueError:
+                y = y * 3
+            return y
+    """,
+    "loop_in_try": """
+        def fn(x, w):
+            y = x
+            try:
+                for i in range(3):
+                    y = y * 0.5 + i
+                    {BREAK}
+                fail_if(y.dim() == 2)
+            except ValueError:
+                y = y + w
+            return y
+    """,
+    "user_with_in_loop": """
+        def fn(x, w):
+            y = x
+            for i in range(2):
+                with Tracker("loop") as t:
+                    y = y + w * i
+                    {BREAK}
+                    y = t.scale(y)
+            return y
+    """,
+    "user_with_suppresses": """
+        def fn(x, w):
+            y = x * 2
+            with Suppress():
+                {BREAK}
+                y = y + w
+                fail_if(True)
+                y = y * 100
+            return y
+    """,
+    "contextmanager_block": """
+        def fn(x, w):
+            with managed("gen") as scale:
+                y = x * scale
+                {BREAK}
+                y = y + w
+            return y
+    """,
+    "three_deep_try_in_middle": """
+        def inner(y):
+            y = y + 1
+            {BREAK}
+            fail_if(True)
+            return y
+
+        def middle(y):
+            try:
+                return inner(y) * 2
+            except ValueError:
+                return y - 1
+
+        def outer(y, w):
+            return middle(y * w) + 3
+
+        def fn(x, w):
+            return outer(x, w) * x
+    """,
+    "closure_cells": """
+        def fn(x, w):
+            scale = 2.0
+            def bump(t):
+                return t * scale
+            y = bump(x)
+            {BREAK}
+            scale = 3.0
+            return bump(y) + w
+    """,
+    "nonlocal_counter": """
+        def fn(x, w):
+            count = 0
+            def step(t):
+                nonlocal count
+                count += 1
+                return t + w * count
+            y = step(x)
+            {BREAK}
+            y = step(y)
+            return y * count
+    """,
     "kwargs_and_defaults": """
         def step(y, *, bias=1.0, scale=2.0):
             y = y * scale
@@ -141,6 +259,7 @@ SHAPES = {
 }
 
 HEADER = '''
+import contextlib
 import logging
 
 import numpy as np
@@ -156,6 +275,50 @@ LOG.info("warm up")  # the logger's first call fills its level cache; later call
 @disable
 def eager_double(t):
     return t * 2
+
+
+@disable
+def fail_if(condition):
+    if condition:
+        raise ValueError("failed on purpose")
+
+
+class Tracker:
+    """A user context manager: its __enter__ and __exit__ are traced."""
+
+    def __init__(self, name):
+        self.name = name
+        self.factor = 0.5
+
+    def __enter__(self):
+        EVENTS.append(("enter", self.name))
+        return self
+
+    def __exit__(self, kind, value, tb):
+        EVENTS.append(("exit", self.name, kind is None))
+        return False
+
+    def scale(self, t):
+        return t * self.factor
+
+
+class Suppress:
+    def __enter__(self):
+        EVENTS.append("suppress enter")
+        return self
+
+    def __exit__(self, kind, value, tb):
+        EVENTS.append(("suppress exit", kind is not None))
+        return kind is not None and issubclass(kind, ValueError)
+
+
+@contextlib.contextmanager
+def managed(name):
+    EVENTS.append(("managed enter", name))
+    try:
+        yield 2.0
+    finally:
+        EVENTS.append(("managed exit", name))
 '''
 
 
@@ -179,7 +342,7 @@ def build_module():
             name = f"{shape_name}__{breaker_name}"
             body = _place(shape, breaker)
             # Each case gets its own helpers: rename every def with the case's suffix.
-            for helper in ("inner", "middle", "outer", "helper", "step", "fn"):
+            for helper in ("inner", "middle", "outer", "helper", "step", "bump", "fn"):
                 body = re.sub(rf"\b{helper}\(", f"{helper}_{name}(", body)
             parts.append(body)
             names.append(name)

@@ -53,67 +53,117 @@ def _all_programs(compiled):
 
 
 # (graphs with at least one op, graph breaks) after one call, resume functions and callees
-# included. A break inside a try block runs the whole frame eagerly (no graph).
+# included. A break inside a try or with block resumes inside the block, like anywhere else.
 EXPECTED_GRAPHS = {
     **{f"after_no_grad__{b}": v for b, v in {
-        "disabled": (2, 1), "global_append": (2, 1), "graph_break": (2, 1), "id_builtin": (2, 1),
+        "disabled": (2, 1), "global_append": (1, 0), "graph_break": (2, 1), "id_builtin": (2, 1),
         "item": (2, 1), "item_branch": (2, 1), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (2, 2),
         "print": (2, 1), "tensor_branch": (2, 1), "tolist": (2, 1),
     }.items()},
     **{f"for_loop__{b}": v for b, v in {
-        "disabled": (4, 3), "global_append": (4, 3), "graph_break": (4, 3), "id_builtin": (4, 3),
+        "disabled": (4, 3), "global_append": (1, 0), "graph_break": (4, 3), "id_builtin": (4, 3),
         "item": (4, 3), "item_branch": (4, 3), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (4, 6),
         "print": (4, 3), "tensor_branch": (4, 3), "tolist": (4, 3),
     }.items()},
     **{f"for_over_list__{b}": v for b, v in {
-        "disabled": (3, 2), "global_append": (3, 2), "graph_break": (3, 2), "id_builtin": (3, 2),
+        "disabled": (3, 2), "global_append": (1, 0), "graph_break": (3, 2), "id_builtin": (3, 2),
         "item": (3, 2), "item_branch": (3, 2), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (3, 4),
         "print": (3, 2), "tensor_branch": (3, 2), "tolist": (3, 2),
     }.items()},
     **{f"in_inlined_call__{b}": v for b, v in {
-        "disabled": (5, 4), "global_append": (5, 4), "graph_break": (5, 4), "id_builtin": (5, 4),
+        "disabled": (5, 4), "global_append": (1, 0), "graph_break": (5, 4), "id_builtin": (5, 4),
         "item": (5, 4), "item_branch": (5, 4), "logging": (1, 0), "numpy": (3, 4), "numpy_call": (5, 6),
         "print": (5, 4), "tensor_branch": (5, 4), "tolist": (5, 4),
     }.items()},
     **{f"in_try_block__{b}": v for b, v in {
-        "disabled": (0, 0), "global_append": (0, 0), "graph_break": (0, 0), "id_builtin": (0, 0),
-        "item": (0, 0), "item_branch": (0, 0), "logging": (1, 0), "numpy": (0, 0), "numpy_call": (0, 0),
-        "print": (0, 0), "tensor_branch": (0, 0), "tolist": (0, 0),
+        "disabled": (2, 1), "global_append": (1, 0), "graph_break": (2, 1), "id_builtin": (2, 1),
+        "item": (2, 1), "item_branch": (2, 1), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (2, 2),
+        "print": (2, 1), "tensor_branch": (2, 1), "tolist": (2, 1),
     }.items()},
     **{f"in_with_block__{b}": v for b, v in {
-        "disabled": (2, 1), "global_append": (2, 1), "graph_break": (2, 1), "id_builtin": (2, 1),
-        "item": (2, 1), "item_branch": (2, 1), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (1, 1),
+        "disabled": (2, 1), "global_append": (1, 0), "graph_break": (2, 1), "id_builtin": (2, 1),
+        "item": (2, 1), "item_branch": (2, 1), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (2, 2),
         "print": (2, 1), "tensor_branch": (2, 1), "tolist": (2, 1),
     }.items()},
     **{f"kwargs_and_defaults__{b}": v for b, v in {
-        "disabled": (5, 4), "global_append": (5, 4), "graph_break": (5, 4), "id_builtin": (5, 4),
+        "disabled": (5, 4), "global_append": (1, 0), "graph_break": (5, 4), "id_builtin": (5, 4),
         "item": (5, 4), "item_branch": (5, 4), "logging": (1, 0), "numpy": (3, 4), "numpy_call": (5, 6),
         "print": (5, 4), "tensor_branch": (5, 4), "tolist": (5, 4),
     }.items()},
     **{f"nested_three_deep__{b}": v for b, v in {
-        "disabled": (8, 4), "global_append": (8, 4), "graph_break": (8, 4), "id_builtin": (8, 4),
+        "disabled": (8, 4), "global_append": (1, 0), "graph_break": (8, 4), "id_builtin": (8, 4),
         "item": (8, 4), "item_branch": (8, 4), "logging": (1, 0), "numpy": (7, 4), "numpy_call": (8, 5),
         "print": (8, 4), "tensor_branch": (8, 4), "tolist": (8, 4),
     }.items()},
     **{f"result_in_tuple__{b}": v for b, v in {
-        "disabled": (2, 1), "global_append": (2, 1), "graph_break": (2, 1), "id_builtin": (2, 1),
+        "disabled": (2, 1), "global_append": (1, 0), "graph_break": (2, 1), "id_builtin": (2, 1),
         "item": (2, 1), "item_branch": (2, 1), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (2, 2),
         "print": (2, 1), "tensor_branch": (2, 1), "tolist": (2, 1),
     }.items()},
     **{f"straight__{b}": v for b, v in {
-        "disabled": (2, 1), "global_append": (2, 1), "graph_break": (2, 1), "id_builtin": (2, 1),
+        "disabled": (2, 1), "global_append": (1, 0), "graph_break": (2, 1), "id_builtin": (2, 1),
         "item": (2, 1), "item_branch": (2, 1), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (2, 2),
         "print": (2, 1), "tensor_branch": (2, 1), "tolist": (2, 1),
     }.items()},
     **{f"two_breaks__{b}": v for b, v in {
-        "disabled": (3, 2), "global_append": (3, 2), "graph_break": (3, 2), "id_builtin": (3, 2),
+        "disabled": (3, 2), "global_append": (1, 0), "graph_break": (3, 2), "id_builtin": (3, 2),
         "item": (3, 2), "item_branch": (3, 2), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (3, 4),
         "print": (3, 2), "tensor_branch": (3, 2), "tolist": (3, 2),
     }.items()},
     **{f"while_loop__{b}": v for b, v in {
-        "disabled": (2, 2), "global_append": (2, 2), "graph_break": (2, 2), "id_builtin": (3, 2),
+        "disabled": (2, 2), "global_append": (1, 0), "graph_break": (2, 2), "id_builtin": (3, 2),
         "item": (3, 2), "item_branch": (3, 2), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (3, 4),
         "print": (2, 2), "tensor_branch": (2, 2), "tolist": (3, 2),
+    }.items()},
+    **{f"closure_cells__{b}": v for b, v in {
+        "disabled": (2, 1), "global_append": (1, 0), "graph_break": (2, 1), "id_builtin": (2, 1),
+        "item": (2, 1), "item_branch": (2, 1), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (2, 2),
+        "print": (2, 1), "tensor_branch": (2, 1), "tolist": (2, 1),
+    }.items()},
+    **{f"contextmanager_block__{b}": v for b, v in {
+        "disabled": (2, 4), "global_append": (1, 3), "graph_break": (2, 4), "id_builtin": (2, 4),
+        "item": (2, 4), "item_branch": (2, 4), "logging": (1, 3), "numpy": (1, 3), "numpy_call": (2, 5),
+        "print": (2, 4), "tensor_branch": (2, 4), "tolist": (2, 4),
+    }.items()},
+    **{f"loop_in_try__{b}": v for b, v in {
+        "disabled": (3, 4), "global_append": (1, 1), "graph_break": (3, 4), "id_builtin": (4, 4),
+        "item": (4, 4), "item_branch": (4, 4), "logging": (1, 1), "numpy": (1, 1), "numpy_call": (4, 7),
+        "print": (3, 4), "tensor_branch": (4, 4), "tolist": (4, 4),
+    }.items()},
+    **{f"nested_try_finally_raises__{b}": v for b, v in {
+        "disabled": (2, 2), "global_append": (1, 1), "graph_break": (2, 2), "id_builtin": (2, 2),
+        "item": (2, 2), "item_branch": (2, 2), "logging": (1, 1), "numpy": (1, 1), "numpy_call": (2, 3),
+        "print": (2, 2), "tensor_branch": (2, 2), "tolist": (2, 2),
+    }.items()},
+    **{f"nonlocal_counter__{b}": v for b, v in {
+        "disabled": (2, 1), "global_append": (1, 0), "graph_break": (2, 1), "id_builtin": (2, 1),
+        "item": (2, 1), "item_branch": (2, 1), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (2, 2),
+        "print": (2, 1), "tensor_branch": (2, 1), "tolist": (2, 1),
+    }.items()},
+    **{f"three_deep_try_in_middle__{b}": v for b, v in {
+        "disabled": (4, 5), "global_append": (4, 4), "graph_break": (4, 5), "id_builtin": (5, 5),
+        "item": (5, 5), "item_branch": (5, 5), "logging": (4, 4), "numpy": (4, 4), "numpy_call": (5, 6),
+        "print": (4, 5), "tensor_branch": (5, 5), "tolist": (5, 5),
+    }.items()},
+    **{f"try_except_caught__{b}": v for b, v in {
+        "disabled": (2, 2), "global_append": (1, 1), "graph_break": (2, 2), "id_builtin": (2, 2),
+        "item": (2, 2), "item_branch": (2, 2), "logging": (1, 1), "numpy": (1, 1), "numpy_call": (2, 3),
+        "print": (2, 2), "tensor_branch": (2, 2), "tolist": (2, 2),
+    }.items()},
+    **{f"try_finally__{b}": v for b, v in {
+        "disabled": (2, 1), "global_append": (1, 0), "graph_break": (2, 1), "id_builtin": (2, 1),
+        "item": (2, 1), "item_branch": (2, 1), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (2, 2),
+        "print": (2, 1), "tensor_branch": (2, 1), "tolist": (2, 1),
+    }.items()},
+    **{f"user_with_in_loop__{b}": v for b, v in {
+        "disabled": (3, 2), "global_append": (1, 0), "graph_break": (3, 2), "id_builtin": (3, 2),
+        "item": (3, 2), "item_branch": (3, 2), "logging": (1, 0), "numpy": (1, 1), "numpy_call": (3, 4),
+        "print": (3, 2), "tensor_branch": (3, 2), "tolist": (3, 2),
+    }.items()},
+    **{f"user_with_suppresses__{b}": v for b, v in {
+        "disabled": (2, 2), "global_append": (1, 1), "graph_break": (2, 2), "id_builtin": (2, 2),
+        "item": (2, 2), "item_branch": (2, 2), "logging": (1, 1), "numpy": (1, 1), "numpy_call": (2, 3),
+        "print": (2, 2), "tensor_branch": (2, 2), "tolist": (2, 2),
     }.items()},
 }
 
@@ -183,3 +233,223 @@ def test_break_inside_no_grad_resumes_in_the_block(outer_grad):
                 compiled(x, w, True)
             assert torch.is_grad_enabled() is outer_grad  # the block's exit ran on the way out
     assert compiled.break_count() >= 1 and compiled.stats.fallbacks == 0
+
+
+_REFS: list = []
+
+
+@MODULE.disable
+def _make_big(x):
+    big = x.repeat(256)
+    _REFS.append(__import__("weakref").ref(big))
+    return big
+
+
+@MODULE.disable
+def _first_big_alive():
+    # Only references count here: garbage cycles left by tracing (collected at some later
+    # point anyway) are collected first, so the answer does not depend on the collector's timing.
+    __import__("gc").collect()
+    return _REFS[-1]() is not None
+
+
+def _rebinds_a_dead_big_tensor(x):
+    big = _make_big(x)  # break: `big` comes back from plain Python
+    s = big.sum()
+    print("big is dead from here on")  # break: `big` is rebound below before any read
+    big = s * 2
+    alive = _first_big_alive()  # break: eagerly, the first tensor is gone by now
+    return big + x, alive
+
+
+def _keeps_a_live_big_tensor(x):
+    big = _make_big(x)
+    s = big.sum()
+    print("big is still read below")
+    alive = _first_big_alive()
+    return big.mean() + s + x, alive
+
+
+@pytest.mark.parametrize("fn", [_rebinds_a_dead_big_tensor, _keeps_a_live_big_tensor])
+def test_a_local_dead_at_a_break_is_freed_as_eagerly(fn):
+    compiled = capture(fn)
+    for _ in range(2):
+        x = torch.randn(64)
+        expected, eager_alive = fn(x)
+        actual, alive = compiled(x)
+        torch.testing.assert_close(actual, expected)
+        assert alive is eager_alive
+    assert compiled.break_count() == 3 and compiled.stats.fallbacks == 0
+
+
+def _resume_locals(compiled):
+    names = set()
+    for entry in compiled.cache.entries:
+        if entry.graph_break is not None:
+            names.add(entry.graph_break.local_names)
+    for child in compiled.children:
+        names |= _resume_locals(child)
+    return names
+
+
+def test_only_live_locals_cross_a_break():
+    def fn(x, w):
+        dead = x * 3  # noqa: F841 - never read again
+        kept = x + w
+        print("break")
+        return kept * 2
+
+    compiled = capture(fn)
+    x, w = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(compiled(x, w), fn(x, w))
+    assert _resume_locals(compiled) == {("kept",)}
+
+
+_SEEN: list = []
+
+
+class _Recording:
+    """Records which object entered and exited, and how."""
+
+    def __enter__(self):
+        _SEEN.append(("enter", self))
+        return self
+
+    def __exit__(self, kind, value, tb):
+        _SEEN.append(("exit", self, kind))
+        return False
+
+
+@MODULE.disable
+def _fail_when(flag):
+    if flag:
+        raise KeyError("after the break")
+
+
+def _with_given_manager(x, manager, fail):
+    with manager:
+        y = x * 2
+        print("inside the block")
+        _fail_when(fail)
+        y = y + 1
+    return y
+
+
+def _with_own_manager(x, fail):
+    with _Recording() as manager:
+        y = x.cos()
+        print("inside the block")
+        _fail_when(fail)
+        y = y * manager.__class__.__name__.count("R")
+    return y
+
+
+def _events(events):
+    return [(e[0], e[2] if len(e) > 2 else None) for e in events]
+
+
+@pytest.mark.parametrize("fail", [False, True])
+@pytest.mark.parametrize("own", [False, True], ids=["given", "own"])
+def test_user_context_manager_exits_once_on_the_entered_object(own, fail):
+    fn = _with_own_manager if own else _with_given_manager
+    compiled = capture(fn)
+    for _ in range(2):
+        x = torch.randn(3)
+        results, logs = [], []
+        for f in (fn, compiled):
+            _SEEN.clear()
+            args = (x, fail) if own else (x, _Recording(), fail)
+            try:
+                results.append(f(*args))
+            except KeyError as e:
+                results.append(repr(e))
+            logs.append(list(_SEEN))
+            if not own:
+                assert all(entry[1] is args[1] for entry in _SEEN)  # the very object passed in
+        if isinstance(results[0], str):
+            assert results[0] == results[1]
+        else:
+            torch.testing.assert_close(results[1], results[0])
+        assert _events(logs[1]) == _events(logs[0])  # one enter, then one exit with the same error
+        entered, exited = logs[1][0][1], logs[1][-1][1]
+        assert entered is exited  # __exit__ runs on the object whose __enter__ ran
+    assert compiled.break_count() >= 1 and compiled.stats.fallbacks == 0
+
+
+def _three_deep_raise(y):
+    y = y + 1
+    print("deep")
+    _fail_when(True)
+    return y
+
+
+def _catches_in_the_middle(y):
+    try:
+        return _three_deep_raise(y) * 2
+    except KeyError:
+        return y - 1
+
+
+def _try_in_the_middle(x):
+    return _catches_in_the_middle(x * 2) + 3
+
+
+def test_exception_after_a_break_three_deep_is_caught_in_the_middle():
+    compiled = capture(_try_in_the_middle)
+    for _ in range(2):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), _try_in_the_middle(x))
+    assert compiled.stats.fallbacks == 0
+
+
+def _closure_made_on_every_call(x):
+    k = 2.0
+
+    def scaled(t):
+        return t * k
+
+    y = scaled(x)
+    print("break")
+    k = 3.0  # written through the cell the closure reads
+    return scaled(y) + k
+
+
+def _captures(compiled):
+    return compiled.stats.captures + sum(_captures(c) for c in compiled.children)
+
+
+def test_cells_cross_a_break_and_new_closures_reuse_the_cache():
+    compiled = capture(_closure_made_on_every_call)
+    for _ in range(4):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), _closure_made_on_every_call(x))
+    # One capture of the function and one of its resume function: a closure made anew on
+    # every call is guarded by its code and its cells, not by its identity.
+    assert _captures(compiled) == 2 and compiled.stats.fallbacks == 0
+
+
+def _cells_and_try(x, fail):
+    k = 2.0
+
+    def mul(t):
+        return t * k
+
+    try:
+        y = mul(x)
+        print("break in try")
+        k = 5.0
+        _fail_when(fail)  # raises after the break; the handler reads the cell
+        y = mul(y)
+    except KeyError:
+        y = mul(y) - 1
+    return y, k
+
+
+def test_break_in_try_of_a_function_with_cells():
+    compiled = capture(_cells_and_try)
+    for fail in (False, True, False, True):
+        x = torch.randn(3)
+        (out, k), (ref, ref_k) = compiled(x, fail), _cells_and_try(x, fail)
+        torch.testing.assert_close(out, ref)
+        assert k == ref_k
+    assert compiled.stats.fallbacks == 0 and compiled.break_count() >= 2

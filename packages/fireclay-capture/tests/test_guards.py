@@ -287,7 +287,7 @@ def test_attribute_writes_are_replayed_after_the_graph():
         torch.testing.assert_close(out, x.sin() * 2)
         assert rec.flag is False
     assert cf.stats.captures == 1
-    assert len(cf.cache.entries[0].attr_writes) == 1
+    assert len(cf.cache.entries[0].replay.ops) == 1
 
 
 def test_read_after_write_sees_the_written_value():

@@ -1,5 +1,6 @@
 """Side effects around graph breaks: mutation of the caller's lists and dicts, globals and
-attributes, run in plain Python between graphs and checked against eager, state included."""
+attributes (replayed after the graph, see test_side_effect_replay.py) next to code that breaks
+the graph, checked against eager, state included."""
 
 from __future__ import annotations
 
@@ -141,7 +142,8 @@ def test_side_effects_match_eager(name):
         same(list(args), list(eager_args))
         if name == "write_global_tensor":
             same(LAST, eager_last)
-    assert compiled.break_count() >= 1 and compiled.stats.fallbacks == 0
+    # The changes are replayed after one graph; only the print breaks it.
+    assert compiled.break_count() == (name == "attribute_write_then_break") and compiled.stats.fallbacks == 0
 
 
 def test_global_counter_counts_every_call():
@@ -153,8 +155,8 @@ def test_global_counter_counts_every_call():
         torch.testing.assert_close(compiled(x, None), x.exp() * 2)
         assert COUNTER == i + 1
     # The trace reads COUNTER as a constant (guarded), so each new value is a new capture; the
-    # write itself runs in plain Python at the break.
-    assert compiled.stats.captures == 4 and compiled.break_count() == 4
+    # write is replayed after the graph.
+    assert compiled.stats.captures == 4 and compiled.break_count() == 0
 
 
 def test_module_attribute_and_print_inside_forward(capsys):

@@ -19,12 +19,12 @@ from fireclay_capture.cache import CacheEntry, CaptureStats, CodeCache
 from fireclay_capture.errors import CaptureError, NeedsFakeTensors, Unsupported, format_location
 from fireclay_capture.graph_break import plan_break
 from fireclay_capture.interpreter import Frame
-from fireclay_capture.outputs import attribute_writes, output_spec
-from fireclay_capture.resume import resume_function_for
+from fireclay_capture.outputs import output_spec
+from fireclay_capture.resume import cell_parameters, resume_function_for
 from fireclay_capture.sources import ConstSource, LocalSource
 from fireclay_capture.tracer import Tracer
-from fireclay_capture.variables.base import CellVar
 from fireclay_capture.variables.builder import wrap
+from fireclay_capture.variables.functions import is_generator_context_factory
 from fireclay_capture.variables.objects import _hooks_of
 
 log = logging.getLogger("fireclay_capture")
@@ -94,28 +94,43 @@ class CapturedFunction:
             # Hooks run around forward: call the module as is (its forward is not captured).
             self.stats.fallbacks += 1
             return self.module(*args, **kwargs)
-        L = self._bind(args, kwargs)
+        return self._run(self._bind(args, kwargs), lambda: self.fn(*self._call_args(args), **kwargs))
+
+    def call_with_list(self, values: list) -> Any:
+        """Call with the positional arguments handed over in ``values``, which is emptied: the
+        caller keeps no reference to them (a resume function may drop a dead argument early)."""
+        if self._bound_self is not None or not self._simple or len(values) != len(self._names):
+            args = tuple(values)
+            values.clear()
+            return self(*args)
+        self.stats.calls += 1
+        L = dict(zip(self._names, values))
+        values.clear()
+        return self._run(L, lambda: self.fn(*L.values()))
+
+    def _run(self, L: dict, run_eagerly) -> Any:
         hit = self.cache.lookup(L)
         if hit is not None:
             entry, inputs = hit
+            del hit
             self.stats.cache_hits += 1
             if entry.compiled is None:
-                return self.fn(*self._call_args(args), **kwargs)
+                return run_eagerly()
             return entry.run(inputs, L)
         if self.cache.given_up:
-            return self.fn(*self._call_args(args), **kwargs)
+            return run_eagerly()
         if len(self.cache.entries) >= config.recompile_limit:
             warnings.warn(f"fireclay_capture: {self.code.co_qualname} ({self.code.co_filename}:"
                           f"{self.code.co_firstlineno}) was re-captured {config.recompile_limit} times "
-                          "(config.recompile_limit); running it eagerly from now on", stacklevel=2)
+                          "(config.recompile_limit); running it eagerly from now on", stacklevel=3)
             self.cache.given_up = True
-            return self.fn(*self._call_args(args), **kwargs)
+            return run_eagerly()
         if self.cache.entries and self.dynamic is None and config.automatic_dynamic:
             self._note_changed_sizes(L)
         entry = self._capture(L)
         self.cache.entries.append(entry)
         if entry.compiled is None:
-            return self.fn(*self._call_args(args), **kwargs)
+            return run_eagerly()
         inputs = entry.guards(L)
         if inputs is None:  # pragma: no cover - a trace must accept the call it was made from
             raise AssertionError(f"fresh guards rejected their own inputs:\n{entry.guards.source}")
@@ -148,17 +163,24 @@ class CapturedFunction:
                     on_fakes=on_fakes)
         prior_grad = torch.is_grad_enabled()
         try:
-            local_vars = {name: wrap(tx, value, LocalSource(name)) for name, value in L.items()}
+            cell_params = cell_parameters(self.code)
+            local_vars = {name: wrap(tx, value, LocalSource(name)) for name, value in L.items()
+                          if name not in cell_params}
             if self.code.co_flags & 0x08:  # CO_VARKEYWORDS: **kwargs is a new dict on every call
                 varkw = self.code.co_varnames[self.code.co_argcount + self.code.co_kwonlyargcount
                                               + bool(self.code.co_flags & 0x04)]
                 local_vars[varkw].fresh = True
-            cells = {name: CellVar(real_cell=cell, source=ConstSource(cell, "cell"))
+            cells = {name: tx.cell_var(cell, ConstSource(cell, "cell"))
                      for name, cell in zip(self.code.co_freevars, self.fn.__closure__ or ())}
+            for name in cell_params:  # a resume function gets its frame's cells themselves
+                if not isinstance(L[name], types.CellType):
+                    raise Unsupported(f"resume parameter {name!r} is not a cell")
+                cells[name] = tx.cell_var(L[name], LocalSource(name))
             frame = Frame(tx, self.code, self.fn.__globals__, local_vars, cells)
             result = frame.run()
-            spec = output_spec(tx.graph, result, tx.shapes)
-            writes = attribute_writes(tx, tx.graph)
+            memo: dict = {}
+            spec = output_spec(tx.graph, result, tx.shapes, memo)
+            replay = tx.side_effects.replay(lambda v: output_spec(tx.graph, v, tx.shapes, memo))
             program = tx.program()
             plan = None
         except NeedsFakeTensors:
@@ -173,7 +195,7 @@ class CapturedFunction:
             if not self.fullgraph and "frame" in locals() and config.graph_breaks:
                 try:
                     plan = plan_break(tx, frame, e)
-                    writes = attribute_writes(tx, tx.graph)
+                    replay = None  # the plan replays the changes made before the break
                     program = tx.program()
                     spec = None
                 except Exception as why:  # Unsupported, or a fault of the break machinery
@@ -205,7 +227,7 @@ class CapturedFunction:
             self.stats.recompiles += 1
         self.stats.captures += 1
         self.programs.append(program)
-        return CacheEntry(guards, compiled, spec, program, attr_writes=writes, graph_break=plan,
+        return CacheEntry(guards, compiled, spec, program, replay=replay, graph_break=plan,
                           owner=self if plan is not None else None)
 
     @staticmethod
@@ -230,7 +252,7 @@ class CapturedFunction:
         func = fn.__func__ if isinstance(fn, types.MethodType) else fn
         if not isinstance(func, types.FunctionType) or getattr(func, "_fireclay_eager", False):
             return fn
-        if func.__code__.co_flags & _NOT_PLAIN or func.__code__.co_cellvars:
+        if func.__code__.co_flags & _NOT_PLAIN or is_generator_context_factory(func):
             return fn
         if (getattr(func, "__module__", None) or "").split(".")[0] in _LIBRARIES:
             return fn
@@ -263,7 +285,8 @@ class CapturedFunction:
 
 
 _NOT_PLAIN = 0x20 | 0x80 | 0x100 | 0x200  # generators and coroutines run as they are
-_LIBRARIES = frozenset({"torch", "numpy", "fireclay_capture", "fireclay_ir", "fireclay_shapes", "transformers"})
+_LIBRARIES = frozenset({"torch", "numpy", "fireclay_capture", "fireclay_ir", "fireclay_shapes", "transformers",
+                        "contextlib"})
 
 
 def describe_unsupported(code: types.CodeType, e: Unsupported) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fireclay_capture.guards import CompiledGuards
-from fireclay_capture.outputs import rebuild, replay_attribute_writes
+from fireclay_capture.outputs import rebuild
 from fireclay_ir import Program
 
 
@@ -21,19 +21,24 @@ class CacheEntry:
     out_spec: Any
     program: Program | None
     reason: str | None = None  # why the frame runs eagerly, for fallbacks
-    attr_writes: list = field(default_factory=list)  # (object source, name, spec) to replay
+    replay: Any = None  # side_effects.Replay: changes to apply to real objects after the graph
     graph_break: Any = None  # a graph_break.BreakPlan when the capture stopped at a graph break
     owner: Any = None  # the CapturedFunction that runs the break's callees and resume functions
 
     def run(self, inputs: list, L: dict) -> Any:
         results = self.compiled(*inputs)
-        if self.attr_writes:
-            replay_attribute_writes(self.attr_writes, results, L)
         if self.graph_break is not None:
             from fireclay_capture.graph_break import run_break
 
+            inputs.clear()  # the rest of the function must not keep dead inputs alive
             return run_break(self.graph_break, self.owner, results, L)
-        return rebuild(self.out_spec, results, L)
+        made: dict = {}
+        # Read and rebuild everything before changing anything: the result may be read through
+        # the objects that the replay changes.
+        out = rebuild(self.out_spec, results, L, made)
+        if self.replay is not None:
+            self.replay.apply(self.replay.prepare(lambda spec: rebuild(spec, results, L, made), L))
+        return out
 
 
 @dataclass

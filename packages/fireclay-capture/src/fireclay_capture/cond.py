@@ -73,14 +73,14 @@ def _branch(tx, which: str, fn: Var, operands: list[TensorVar]) -> tuple[Graph, 
     for i, o in enumerate(operands):
         value = graph.add_input(f"operand{i}", meta_of(o.fake, o.device))
         inner_operands.append(TensorVar(value, o.fake, o.device))
-    writes_before = dict(tx.attr_writes)
+    writes_before = tx.side_effects.version
     tx.graph = graph
     try:
         result = fn.call(tx, inner_operands, {})
     finally:
         tx.graph = outer
-    if tx.attr_writes != writes_before:
-        raise Unsupported("a cond() branch assigns attributes (branches must not have side effects)")
+    if tx.side_effects.version != writes_before:
+        raise Unsupported("a cond() branch changes objects outside it (branches must not have side effects)")
     if isinstance(result, TensorVar):
         outs, is_sequence = [result], False
     elif isinstance(result, (TupleVar, ListVar)) and all(isinstance(i, TensorVar) for i in result.items):

@@ -30,3 +30,8 @@ graph_breaks: bool = bool(_env_int("GRAPH_BREAKS", 1))
 #: Resume functions that may run nested inside one another (a loop that breaks on every
 #: iteration nests one per iteration); deeper, the rest of the function runs as plain Python.
 max_resume_depth: int = _env_int("MAX_RESUME_DEPTH", 32)
+
+#: Changes to objects that exist outside the frame (attributes of objects and modules, globals,
+#: lists and dicts, closure cells) are modelled during the trace and replayed on the real objects
+#: after the graph runs. When off, such a change is a graph break (it runs in plain Python).
+replay_side_effects: bool = bool(_env_int("REPLAY_SIDE_EFFECTS", 1))

@@ -1,18 +1,24 @@
 """Graph breaks: split a function at an instruction the capture cannot trace.
 
-When the root frame stops at a call, a branch or a store it cannot trace, the graph captured up
-to that instruction becomes a cache entry whose outputs are the tensors the rest of the function
-needs (the value stack and the live locals). Running that entry means:
+When the root frame stops at a call, a branch, a store or a ``with`` it cannot trace, the graph
+captured up to that instruction becomes a cache entry whose outputs are the tensors the rest of
+the function needs (the value stack, the locals live there, the frame's cells). Running that
+entry means:
 
-1. the compiled graph runs, attribute writes are replayed;
-2. the stack entries and locals are rebuilt as Python objects around the graph's results;
+1. the compiled graph runs;
+2. the stack entries, locals and cells are rebuilt as Python objects around the graph's results,
+   then the changes the trace made to outside objects are replayed (``side_effects.py``);
 3. the instruction runs in plain Python (a call to a Python function is wrapped so that the
-   callee is captured on its own);
+   callee is captured on its own). Inside a try or with block it runs in a *trampoline*: the
+   function's own code entered at that instruction, so that its exception table sends an
+   exception to the user's except, finally or ``__exit__``; the trampoline then leaves every
+   region and hands the frame's state back here;
 4. a *resume function* (``resume.py``), captured like any function, continues from the
    instruction after the break (from the jump target, for a branch that jumps).
 
-A break inside an inlined call splits the root frame at the call that reached it: the nodes the
-callee recorded are dropped, and the callee runs (captured on its own) as the break's call.
+A break inside an inlined call splits the root frame at the call that reached it: the nodes and
+recorded changes of the callee are dropped, and the callee runs (captured on its own) as the
+break's call.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import torch
 
 from fireclay_capture import config
 from fireclay_capture.errors import Unsupported
+from fireclay_capture.liveness import live_locals
 from fireclay_capture.outputs import output_spec, rebuild
 from fireclay_capture.resume import (
     ITER_SLOT,
@@ -34,14 +41,17 @@ from fireclay_capture.resume import (
     enclosing_handlers,
     is_stack_arg,
     resume_code_for,
+    trampoline_code_for,
 )
-from fireclay_capture.variables.base import MUTATIONS, NULL, ConstMethodVar, ConstVar, Var
+from fireclay_capture.variables.base import MUTATIONS, NULL, CellVar, ConstMethodVar, ConstVar, Var
 from fireclay_capture.variables.containers import ContainerMethodVar, DictVar, IteratorVar, ListVar, TupleVar
 from fireclay_capture.variables.functions import (
     BuiltinMethodVar,
     BuiltinVar,
     ContextExitVar,
     GradModeVar,
+    NestedFunctionVar,
+    NullContextVar,
     UserFunctionVar,
     UserMethodVar,
 )
@@ -69,6 +79,13 @@ class BreakPlan:
     location: dict | None
     grad_enabled: bool = True  # the grad mode at the break (inside a no_grad block: False)
     resumes: dict = field(default_factory=dict)  # (offset, layout) -> captured resume function
+    replay: Any = None  # side_effects.Replay of the changes made before the break
+    offset: int = -1  # the break instruction's
+    in_region: bool = False  # inside a try or with block of the function
+    trampoline: Any = None  # the function made from trampoline_code_for, once built
+
+    def uses_trampoline(self) -> bool:
+        return self.in_region or self.opname == "BEFORE_WITH"
 
 
 class RestoreGradMode:
@@ -96,17 +113,13 @@ def plan_break(tx, frame, e: Unsupported) -> BreakPlan:
     snap = frame.before_break
     if snap is None or snap[0] is not frame.inst:
         raise Unsupported(f"cannot resume after {frame.inst.opname if frame.inst else 'the start'}")
-    inst, stack, kw_names, n_nodes, attr_writes, grad, n_contexts, mutations = snap
+    inst, stack, kw_names, n_nodes, effects, grad, n_contexts, mutations = snap
     code = frame.code
     if code.co_flags & 0x20 or code.co_flags & 0x100 or code.co_flags & 0x80 or code.co_flags & 0x200:
         raise Unsupported("graph breaks in generators and coroutines (the function runs eagerly)")
-    handlers = enclosing_handlers(code, inst.offset)
-    exits = [v for v in stack if isinstance(v, ContextExitVar)]
-    if "try" in handlers:
-        raise Unsupported("a graph break inside a try block (the function runs eagerly)")
-    if len(exits) != len(handlers) or not all(isinstance(v.ctx, GradModeVar) for v in exits):
-        raise Unsupported("a graph break inside a with block other than a grad-mode one "
-                          "(the function runs eagerly)")
+    # Inside a try or with block, the break instruction runs in a trampoline that keeps the
+    # function's own handlers around it (see run_break).
+    in_region = bool(enclosing_handlers(code, inst.offset))
     if MUTATIONS[0] != mutations:
         raise Unsupported("a called function changed lists, dicts or objects of the caller before "
                           "its graph break")
@@ -115,11 +128,12 @@ def plan_break(tx, frame, e: Unsupported) -> BreakPlan:
     # Forget what a callee recorded before it broke: it runs again, for real, as the break's call.
     for node in reversed(tx.graph.nodes[n_nodes:]):
         tx.graph.erase(node)
-    tx.attr_writes = attr_writes
+    tx.side_effects.restore(effects)
     torch.set_grad_enabled(grad)
 
     graph = tx.graph
     shared: dict[int, _Shared] = {}
+    memo: dict = {}  # output_spec's: an object reached twice is one spec, so one object
 
     def spec_of(v: Var) -> Any:
         if v is NULL:
@@ -142,9 +156,13 @@ def plan_break(tx, frame, e: Unsupported) -> BreakPlan:
         if isinstance(v, IteratorVar):
             raise Unsupported("an iterator kept in a variable is live across a graph break")
         if isinstance(v, (TensorVar, ConstVar)) or v.source is not None:
-            return output_spec(graph, v, tx.shapes)
-        if isinstance(v, ContextExitVar):  # the grad-mode block's exit, re-entered by the resume
-            return ("const", RestoreGradMode(v.ctx.prior))
+            return output_spec(graph, v, tx.shapes, memo)
+        if isinstance(v, ContextExitVar):  # the block's exit, called where the resumed block ends
+            if isinstance(v.ctx, GradModeVar):
+                return ("const", RestoreGradMode(v.ctx.prior))
+            if isinstance(v.ctx, NullContextVar):
+                return ("const", _no_exit)
+            raise Unsupported(f"a graph break inside a `with` block of {type(v.ctx).__name__}")
         if isinstance(v, BuiltinVar):
             return ("const", v.fn)
         if isinstance(v, TorchFnVar):
@@ -161,25 +179,70 @@ def plan_break(tx, frame, e: Unsupported) -> BreakPlan:
             return ("attr", spec_of(v.owner), v.name)
         if isinstance(v, UserMethodVar):
             return ("method", spec_of(v.fn), spec_of(v.self_var))
-        return output_spec(graph, v, tx.shapes)  # objects made in the trace, ModelOutputs; or raises
+        if isinstance(v, CellVar):
+            return cell_spec(v)
+        if isinstance(v, NestedFunctionVar):
+            # A function made in the frame (a closure): made again around the same cells.
+            missing = [n for n in v.code.co_freevars if n not in v.cells]
+            if missing or v.kwdefaults:
+                raise Unsupported(f"the inner function {v.code.co_qualname} is live across a graph break")
+            return ("function", v.code, v.f_globals, [spec_of(d) for d in v.defaults],
+                    [cell_spec(v.cells[n]) for n in v.code.co_freevars])
+        return output_spec(graph, v, tx.shapes, memo)  # objects made in the trace, ModelOutputs; or raises
+
+    cells: dict[int, tuple] = {}
+
+    def cell_spec(c: CellVar) -> Any:
+        if c.real_cell is not None:
+            if c.source is None:
+                raise Unsupported("a closure cell the capture cannot re-read is live across a graph break")
+            return ("source", c.source)  # a real cell; a write to it is replayed
+        if id(c) not in cells:
+            cells[id(c)] = ("cell", None if c._contents is NULL else spec_of(c._contents))
+        return cells[id(c)]
 
     # A for-loop's iterator crosses the break as the tuple of its remaining items.
     iters = frozenset(i for i, v in enumerate(stack) if isinstance(v, IteratorVar))
     stack_specs = [("seq", tuple, [spec_of(i) for i in v.items[v.pos:]]) if isinstance(v, IteratorVar)
                    else spec_of(v) for v in stack]
     # The stack parameters of a resume function are dead once its prologue has run.
-    local_names = tuple(n for n in code.co_varnames if n in frame.locals and not is_stack_arg(n))
+    # Only locals that the rest of the function may read cross the break: a dead one is neither
+    # a graph output nor an argument of the resume function, so it is freed as eagerly.
+    live = live_locals(code, inst.offset)
+    local_names = tuple(n for n in code.co_varnames if n in frame.locals and not is_stack_arg(n)
+                        and (live is None or n in live))
     local_specs = [spec_of(frame.locals[n]) for n in local_names]
+    # Then every cell of the frame, as the resume function's cell parameters.
+    local_specs += [cell_spec(frame.cells[n]) if n in frame.cells else ("cell", None) for n in code.co_cellvars]
     for n in local_names:
         if isinstance(frame.locals[n], IteratorVar):
             raise Unsupported("an iterator kept in a variable is live across a graph break")
     arg = inst.argval if inst.opname in _BRANCHES or inst.opname.startswith(("STORE", "DELETE")) else inst.arg
     plan = BreakPlan(inst.opname, arg, tuple(kw_names), stack_specs, iters, local_names, local_specs,
                      _next_offset(frame), e.reason, e.location or tx.location(frame), grad)
+    plan.replay = tx.side_effects.replay(spec_of)
+    plan.offset, plan.in_region = inst.offset, in_region
     # Build the resume code now: if it cannot be built, the function runs eagerly instead.
     for offset in resume_offsets(plan):
         resume_code_for(code, offset, resume_layout(plan), local_names)
+    if plan.uses_trampoline():
+        _trampoline_code(plan, code)
     return plan
+
+
+def _no_exit(exc_type=None, exc=None, tb=None) -> None:
+    return None
+
+
+def _stack_layout(plan: BreakPlan) -> tuple[str, ...]:
+    return tuple(NULL_SLOT if s is NULL else ITER_SLOT if i in plan.iters else VALUE_SLOT
+                 for i, s in enumerate(plan.stack))
+
+
+def _trampoline_code(plan: BreakPlan, code):
+    jump = plan.arg if plan.opname in _BRANCHES else None
+    return trampoline_code_for(code, plan.offset, _stack_layout(plan), plan.local_names, resume_layout(plan),
+                               plan.next_offset, jump)
 
 
 def _next_offset(frame) -> int:
@@ -196,11 +259,36 @@ def _realize(spec: Any, results, L: dict, made: dict) -> Any:
     kind = spec[0]
     # Containers are rebuilt from their realized items, so that shared lists and dicts nested at
     # any depth come out as the same objects; rebuild() then applies the container's class.
+    if kind == "object" or (kind == "seq" and spec[1] is list) or kind == "dict":
+        # One spec is one object, however many places reach it (specs live as long as the plan).
+        key = ("spec", id(spec))
+        if key not in made:
+            if kind == "object":
+                made[key] = obj = spec[1].__new__(spec[1])
+                for k, s in spec[2]:
+                    object.__setattr__(obj, k, _realize(s, results, L, made))
+            elif kind == "seq":
+                made[key] = items = []
+                items.extend(_realize(s, results, L, made) for s in spec[2])
+            else:
+                made[key] = spec[1]((k, _realize(s, results, L, made)) for k, s in spec[2])
+        return made[key]
     if kind == "seq":
         return rebuild(("seq", spec[1], [("const", _realize(s, results, L, made)) for s in spec[2]]), results, L)
-    if kind in ("dict", "model_output", "object"):
+    if kind == "model_output":
         items = [(k, ("const", _realize(s, results, L, made))) for k, s in spec[2]]
         return rebuild((kind, spec[1], items), results, L)
+    if kind in ("cell", "function"):
+        key = ("spec", id(spec))
+        if key not in made:
+            if kind == "cell":
+                made[key] = types.CellType() if spec[1] is None else types.CellType(_realize(spec[1], results, L, made))
+            else:
+                _, code, f_globals, defaults, closure = spec
+                made[key] = types.FunctionType(code, f_globals, code.co_name,
+                                               tuple(_realize(d, results, L, made) for d in defaults) or None,
+                                               tuple(_realize(c, results, L, made) for c in closure) or None)
+        return made[key]
     if kind == "attr":
         return getattr(_realize(spec[1], results, L, made), spec[2])
     if kind == "method":
@@ -214,6 +302,13 @@ def run_break(plan: BreakPlan, owner, results, L: dict) -> Any:
     made: dict = {}
     stack = [_realize(s, results, L, made) for s in plan.stack]
     local_values = [_realize(s, results, L, made) for s in plan.locals]
+    if plan.replay is not None:
+        plan.replay.apply(plan.replay.prepare(lambda spec: _realize(spec, results, L, made), L))
+    # From here on the frame's state lives in `stack` and `local_values` only.
+    L.clear()
+    results = None
+    if plan.uses_trampoline():
+        return _run_in_trampoline(plan, owner, stack, local_values)
     offset = plan.next_offset
     op = plan.opname
     if op in _BRANCHES:
@@ -247,17 +342,62 @@ def run_break(plan: BreakPlan, owner, results, L: dict) -> Any:
         raise AssertionError(op)
     layout = resume_layout(plan)
     args = [v for v in stack if v is not NULL]
-    resume = owner.resume_function(plan, offset, layout)
+    del stack
+    return _call_resume(owner.resume_function(plan, offset, layout), args, local_values)
+
+
+def _call_resume(resume, args: list, local_values: list) -> Any:
+    values = args + local_values
+    args.clear()
+    local_values.clear()
     # Every break nests one more Python call (a loop that breaks on each iteration nests once
     # per iteration): past the limit, the rest of the function runs as plain Python.
     depth = getattr(_NESTING, "depth", 0)
     if depth >= config.max_resume_depth:
-        return resume.fn(*args, *local_values)
+        return resume.fn(*values)
     _NESTING.depth = depth + 1
     try:
-        return resume(*args, *local_values)
+        return resume.call_with_list(values)  # hands the values over: nothing here keeps them
     finally:
         _NESTING.depth = depth
+
+
+def _run_in_trampoline(plan: BreakPlan, owner, stack: list, local_values: list) -> Any:
+    """Run the break instruction inside the function's own try/with regions: a trampoline code
+    object (``resume.trampoline_code_for``) executes it, leaves the regions, and calls back here
+    to continue in the resume function (whose code re-enters the regions)."""
+    _capture_callee(plan, owner, stack)
+    if plan.trampoline is None:
+        code = _trampoline_code(plan, owner.fn.__code__)
+        plan.trampoline = types.FunctionType(code, owner.fn.__globals__, code.co_name, None, owner.fn.__closure__)
+    layout = resume_layout(plan)
+    n_stack = sum(kind != NULL_SLOT for kind in layout)
+
+    def then(offset: int, *values: Any) -> Any:
+        args = list(values[:n_stack])
+        slots = [kind for kind in layout if kind != NULL_SLOT]
+        for i, kind in enumerate(slots):
+            if kind == ITER_SLOT:  # a live iterator crosses as its remaining items
+                args[i] = tuple(args[i])
+        return _call_resume(owner.resume_function(plan, offset, layout), args, list(values[n_stack:]))
+
+    args = [v for v in stack if v is not NULL]
+    del stack
+    return plan.trampoline(*args, *local_values, then)
+
+
+def _capture_callee(plan: BreakPlan, owner, stack: list) -> None:
+    """The function a break's call reaches is captured on its own: put its wrapper on the stack."""
+    op = plan.opname
+    if op == "CALL":
+        below, top = len(stack) - plan.arg - 2, len(stack) - plan.arg - 1
+        if stack[below] is NULL:
+            stack[top] = owner.callee(stack[top])
+        elif stack[top] is not NULL:
+            stack[below] = owner.callee(stack[below])
+    elif op == "CALL_FUNCTION_EX":
+        at = len(stack) - 2 - (plan.arg & 1)
+        stack[at] = owner.callee(stack[at])
 
 
 def _consumed(plan: BreakPlan) -> int:
@@ -280,6 +420,8 @@ def resume_layout(plan: BreakPlan) -> tuple[str, ...]:
              for i, s in enumerate(plan.stack[:untouched])]
     if plan.opname.startswith("CALL"):
         kinds.append(VALUE_SLOT)
+    elif plan.opname == "BEFORE_WITH":  # the block's __exit__, and what __enter__ returned
+        kinds += [VALUE_SLOT, VALUE_SLOT]
     return tuple(kinds)
 
 

@@ -20,12 +20,13 @@ from fireclay_ir import Graph, Value
 #   | ("object", cls, [(name, spec)]) | ("model_output", cls, [(name, spec)])
 
 
-def output_spec(graph: Graph, var: Var, shapes=None) -> Any:
-    """Append the graph outputs ``var`` needs and return its spec."""
+def output_spec(graph: Graph, var: Var, shapes=None, memo: dict | None = None) -> Any:
+    """Append the graph outputs ``var`` needs and return its spec. Specs made with one ``memo``
+    share the spec of a mutable value reached twice (also across calls)."""
     outputs: list[Value] = list(graph.outputs)
-    # A user object reached twice is described by one spec object, which rebuild() turns into
-    # one object again (``out.a is out.b`` holds as eagerly).
-    objects: dict[int, tuple] = {}
+    # A user object, list or dict reached twice is described by one spec object, which
+    # rebuild() turns into one object again (``out.a is out.b`` holds as eagerly).
+    objects: dict[int, tuple] = {} if memo is None else memo
 
     def walk(v: Var) -> Any:
         if isinstance(v, TensorVar):
@@ -48,12 +49,22 @@ def output_spec(graph: Graph, var: Var, shapes=None) -> Any:
             return ("const", v.value)
         if isinstance(v, TupleVar):
             return ("seq", v.cls, [walk(i) for i in v.items])
+        if isinstance(v, (ListVar, DictVar)) and v.source is not None and not getattr(v, "fresh", False):
+            return ("source", v.source)  # the caller's own list or dict, changes replayed on it
         if isinstance(v, ListVar):
-            return ("seq", list, [walk(i) for i in v.items])
+            if id(v) not in objects:
+                items = []
+                objects[id(v)] = ("seq", list, items)
+                items.extend(walk(i) for i in v.items)
+            return objects[id(v)]
         if isinstance(v, DictVar):
             if v.key_vars:
                 raise Unsupported("returning a dict keyed by objects")
-            return ("dict", v.cls, [(k, walk(x)) for k, x in v.items.items()])
+            if id(v) not in objects:
+                pairs: list = []
+                objects[id(v)] = ("dict", v.cls, pairs)
+                pairs.extend((k, walk(x)) for k, x in v.items.items())
+            return objects[id(v)]
         if isinstance(v, ModelOutputVar):
             return ("model_output", v.cls, [(k, walk(x)) for k, x in v.fields.items()])
         if isinstance(v, NewObjectVar):
@@ -69,36 +80,6 @@ def output_spec(graph: Graph, var: Var, shapes=None) -> Any:
     spec = walk(var)
     graph.set_outputs(outputs)
     return spec
-
-
-def attribute_writes(tx, graph: Graph) -> list:
-    """The attribute writes to replay after the graph: ``[(object source, name, spec | DELETED)]``.
-    A write that leaves the attribute as it was (set, then restored) is dropped."""
-    from fireclay_capture.tracer import DELETED
-
-    missing = object()
-    replay = []
-    for obj, source, name, value in tx.attr_writes.values():
-        before = obj.__dict__.get(name, missing)
-        if value is DELETED:
-            if before is not missing:
-                replay.append((source, name, DELETED))
-            continue
-        if isinstance(value, ConstVar) and type(before) is type(value.value) and before == value.value:
-            continue
-        replay.append((source, name, output_spec(graph, value)))
-    return replay
-
-
-def replay_attribute_writes(writes: list, results, L: dict) -> None:
-    from fireclay_capture.tracer import DELETED
-
-    for source, name, spec in writes:
-        obj = read_source(source, L)
-        if spec is DELETED:
-            delattr(obj, name)
-        else:
-            setattr(obj, name, rebuild(spec, results, L))
 
 
 def read_source(source: Source, L: dict) -> Any:
@@ -126,9 +107,13 @@ def rebuild(spec: Any, results, L: dict, made: dict | None = None) -> Any:
         return eval(spec[1], {"L": L})  # noqa: S307 - text generated from symbol sources
     if kind == "seq":
         _, cls, items = spec
-        values = [rebuild(s, results, L, made) for s in items]
         if cls is list:
-            return values
+            # a list reached twice comes out as one list (filled after it is registered)
+            if id(spec) not in made:
+                made[id(spec)] = values = []
+                values.extend(rebuild(s, results, L, made) for s in items)
+            return made[id(spec)]
+        values = [rebuild(s, results, L, made) for s in items]
         if cls is tuple:
             return tuple(values)
         if hasattr(cls, "_fields"):
@@ -136,7 +121,9 @@ def rebuild(spec: Any, results, L: dict, made: dict | None = None) -> Any:
         return cls(values)  # torch.return_types and other structseqs take one sequence
     if kind == "dict":
         _, cls, items = spec
-        return cls((k, rebuild(s, results, L, made)) for k, s in items)
+        if id(spec) not in made:
+            made[id(spec)] = cls((k, rebuild(s, results, L, made)) for k, s in items)
+        return made[id(spec)]
     if kind == "model_output":
         _, cls, items = spec
         return cls(**{k: rebuild(s, results, L, made) for k, s in items})

@@ -14,8 +14,9 @@ from fireclay_capture.aliases import AliasTable
 from fireclay_capture.dynamic import ShapeSession, marked_dims, source_text
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.guards import GuardSet
+from fireclay_capture.side_effects import DELETED, SideEffects  # noqa: F401 - DELETED is re-exported
 from fireclay_capture.sources import Source, clean_name
-from fireclay_capture.variables.base import Var
+from fireclay_capture.variables.base import CellVar, Var
 from fireclay_capture.variables.tensor import TensorVar, device_str, fake_from_real, meta_of
 from fireclay_capture.variables.torch_names import GRAD_MODE_OP
 from fireclay_ir import Graph, InputSpec, Program, Weight
@@ -30,7 +31,6 @@ CO_GENERATOR = 0x20
 def autocast_state() -> tuple[bool, bool]:
     """Whether autocast is on for cpu and for cuda: op dtypes depend on it, so it is guarded."""
     return torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
-DELETED = object()  # marks an attribute deleted during the trace
 
 
 class Tracer:
@@ -51,9 +51,6 @@ class Tracer:
         if root_module is not None:
             self._qualnames = {id(m): name for name, m in root_module.named_modules(remove_duplicate=False)}
         self.guards.grad_mode(torch.is_grad_enabled())
-        # Attribute writes to objects that exist outside the trace, by (id(obj), name): the
-        # trace reads them back from here, and the writes that change anything are replayed on
-        # the real objects after the graph runs.
         self.dynamic_dims = dynamic_dims or {}
         self.dynamic_all = dynamic_all
         self.shapes: ShapeSession | None = None
@@ -63,8 +60,11 @@ class Tracer:
             self.shapes = ShapeSession()
         self.entered_contexts: list = []  # real context managers to leave if the trace fails
         self.dynamic_sources: list[tuple[Source, frozenset[int]]] = []
-        self.attr_writes: dict[tuple[int, str], tuple[Any, Source, str, Any]] = {}
+        # Changes to objects that exist outside the trace: read back by the trace, replayed on
+        # the real objects after the graph runs.
+        self.side_effects = SideEffects()
         self.subgraphs: list[Graph] = []  # the branches of hop::cond nodes
+        self._cells: dict[int, CellVar] = {}  # real closure cells by id (each CellVar keeps its cell)
 
     # -- inputs
     def qualname_of(self, module: torch.nn.Module) -> str | None:
@@ -181,16 +181,27 @@ class Tracer:
             raise Unsupported(f"calling async function {code.co_qualname}")
         return frame.run()
 
+    def cell_var(self, cell: Any, source: Source) -> CellVar:
+        """The one CellVar of a real closure cell in this trace (a write through one function or
+        frame is seen through every other that shares the cell)."""
+        known = self._cells.get(id(cell))
+        if known is not None:
+            if known.source != source:
+                self.guards.same_object(source, known.source)
+            return known
+        var = CellVar(real_cell=cell, source=source)
+        self._cells[id(cell)] = var
+        return var
+
     def write_attr(self, obj: Any, source: Source | None, name: str, value: Any) -> None:
         """Record ``obj.name = value`` (``value`` a Var, or DELETED for ``del obj.name``)."""
         if source is None:
             raise Unsupported(f"assigning attribute {name!r} of an object the capture cannot re-read")
-        self.attr_writes[(id(obj), name)] = (obj, source, name, value)
+        self.side_effects.write_attr(obj, source, name, value)
 
     def read_attr(self, obj: Any, name: str) -> Any:
         """The Var written to ``obj.name`` during the trace, DELETED, or None if never written."""
-        entry = self.attr_writes.get((id(obj), name))
-        return None if entry is None else entry[3]
+        return self.side_effects.read_attr(obj, name)
 
     def program(self) -> Program:
         program = Program.single(self.graph, weights=self.weights, producer=("fireclay-capture", "0.1.0"),

@@ -30,7 +30,7 @@ PY = sys.version_info[:2]
 BREAKABLE = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE",
                        "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
                        "POP_JUMP_BACKWARD_IF_FALSE", "STORE_GLOBAL", "STORE_SUBSCR", "STORE_ATTR",
-                       "DELETE_SUBSCR"})
+                       "DELETE_SUBSCR", "BEFORE_WITH"})
 HANDLERS: dict[str, Callable[[Frame, dis.Instruction], None]] = {}
 
 CO_VARARGS = 0x04
@@ -78,7 +78,7 @@ class Frame:
         self.kw_names: tuple[str, ...] = ()
         self.yielded: list[Var] | None = None
         # The root frame's state before its last instruction that could become a graph break:
-        # (instruction, stack, kw_names, nodes in the graph, attribute writes, grad mode).
+        # (instruction, stack, kw_names, nodes in the graph, side effects, grad mode, ...).
         self.before_break: tuple | None = None
         # Cell variables that are also arguments start as cells holding the argument.
         for name in code.co_cellvars:
@@ -113,7 +113,7 @@ class Frame:
                 if is_root and inst.opname in BREAKABLE:
                     tx = self.tx
                     self.before_break = (inst, self.stack[:], self.kw_names, len(tx.graph.nodes),
-                                         dict(tx.attr_writes), torch.is_grad_enabled(),
+                                         tx.side_effects.snapshot(), torch.is_grad_enabled(),
                                          len(tx.entered_contexts), MUTATIONS[0])
                 self.ip += 1
                 self.tx.instructions_run += 1
@@ -140,7 +140,11 @@ class Frame:
     def run_generator(self) -> IteratorVar:
         """Run a generator to exhaustion at trace time; its yields become an iterator's items."""
         self.yielded = []
+        changes = self.tx.side_effects.version
         self.run()
+        if self.tx.side_effects.version != changes:
+            # Unrolled at trace time, its changes would land before the consumer's own.
+            raise Unsupported(f"the generator {self.code.co_qualname} changes objects outside the capture")
         return IteratorVar(self.yielded)
 
     def do_return(self, value: Var) -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import builtins
 import importlib
 
+from fireclay_capture import config
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.interpreter.frame import PY, Frame, handler
+from fireclay_capture.side_effects import DELETED
 from fireclay_capture.sources import ConstSource, global_source
 from fireclay_capture.variables.base import NULL, CellVar, ConstVar
 from fireclay_capture.variables.builder import wrap
 from fireclay_capture.variables.functions import SuperVar
-from fireclay_capture.variables.objects import NewObjectVar, ObjectVar, PyModuleVar
+from fireclay_capture.variables.objects import ModuleVar, NewObjectVar, ObjectVar, PyModuleVar
 
 
 def _local(frame: Frame, name: str):
@@ -74,6 +76,11 @@ def load_const(frame: Frame, inst) -> None:
 
 def load_global_value(frame: Frame, name: str):
     g = frame.f_globals
+    written = frame.tx.side_effects.read_global(g, name)
+    if written is DELETED:
+        raise Unsupported(f"name {name!r} is not defined (deleted inside the captured function)")
+    if written is not None:
+        return written
     if name in g:
         return wrap(frame.tx, g[name], global_source(g, name))
     b = g.get("__builtins__", builtins)
@@ -104,9 +111,22 @@ def load_name(frame: Frame, inst) -> None:
         frame.push(load_global_value(frame, inst.argval))
 
 
-@handler("STORE_GLOBAL", "DELETE_GLOBAL", "STORE_NAME", "DELETE_NAME")
+@handler("STORE_GLOBAL", "DELETE_GLOBAL")
 def store_global(frame: Frame, inst) -> None:
-    raise Unsupported(f"assigning the global {inst.argval!r} inside the captured function (a side effect)")
+    if not config.replay_side_effects:
+        raise Unsupported(f"assigning the global {inst.argval!r} inside the captured function (a side effect)")
+    g = frame.f_globals
+    if inst.opname == "DELETE_GLOBAL":
+        if not (frame.tx.side_effects.read_global(g, inst.argval) not in (None, DELETED) or inst.argval in g):
+            raise Unsupported(f"deleting the global {inst.argval!r}, which is not defined")
+        frame.tx.side_effects.write_global(g, inst.argval, DELETED)
+        return
+    frame.tx.side_effects.write_global(g, inst.argval, frame.pop())
+
+
+@handler("STORE_NAME", "DELETE_NAME")
+def store_name(frame: Frame, inst) -> None:
+    raise Unsupported(f"assigning the name {inst.argval!r} at module or class level inside the captured code")
 
 
 @handler("LOAD_DEREF", "LOAD_CLASSDEREF")
@@ -119,7 +139,7 @@ def load_deref(frame: Frame, inst) -> None:
 
 @handler("STORE_DEREF")
 def store_deref(frame: Frame, inst) -> None:
-    frame.cells[inst.argval].set(frame.pop())
+    frame.cells[inst.argval].set(frame.pop(), frame.tx)
 
 
 @handler("DELETE_DEREF")
@@ -193,6 +213,10 @@ def store_attr(frame: Frame, inst) -> None:
     if isinstance(obj, ObjectVar) and _plain_attribute(obj.obj, inst.argval):
         frame.tx.write_attr(obj.obj, obj.source, inst.argval, value)
         return
+    if isinstance(obj, ModuleVar) and config.replay_side_effects and obj.source is not None \
+            and _plain_module_attribute(obj.module, inst.argval, value):
+        frame.tx.write_attr(obj.module, obj.source, inst.argval, value)
+        return
     raise Unsupported(f"assigning attribute {inst.argval!r} of {obj}, which exists outside the "
                       "captured function (a side effect)")
 
@@ -204,6 +228,30 @@ def _plain_attribute(obj, name: str) -> bool:
     if type(obj).__setattr__ is not object.__setattr__ or not hasattr(obj, "__dict__"):
         return False
     return not hasattr(inspect.getattr_static(type(obj), name, None), "__set__")
+
+
+def _plain_module_attribute(module, name: str, value) -> bool:
+    """``module.name = value`` only sets an entry of ``__dict__`` or ``_buffers`` (what
+    ``nn.Module.__setattr__`` does for anything but parameters and submodules)."""
+    import inspect
+
+    import torch
+
+    from fireclay_capture.variables.tensor import TensorVar
+
+    if type(module).__setattr__ is not torch.nn.Module.__setattr__:
+        return False
+    if name in module._parameters or name in module._modules or isinstance(value, ModuleVar):
+        return False
+    if name in module._buffers and not (isinstance(value, TensorVar) or _is_none(value)):
+        return False
+    if isinstance(value, TensorVar) and isinstance(value.fake, torch.nn.Parameter):
+        return False
+    return not hasattr(inspect.getattr_static(type(module), name, None), "__set__")
+
+
+def _is_none(v) -> bool:
+    return isinstance(v, ConstVar) and v.value is None
 
 
 @handler("DELETE_ATTR")
@@ -239,13 +287,10 @@ def store_subscr(frame: Frame, inst) -> None:
 def delete_subscr(frame: Frame, inst) -> None:
     key = frame.pop()
     obj = frame.pop()
-    from fireclay_capture.variables.containers import DictVar, ListVar, _key
+    from fireclay_capture.variables.containers import DictVar, ListVar
 
-    if isinstance(obj, DictVar) and obj.source is None:
-        obj.items.pop(_key(frame.tx, key), None)
-        return
-    if isinstance(obj, ListVar) and obj.source is None:
-        del obj.items[key.as_python_constant()]
+    if isinstance(obj, (DictVar, ListVar)):
+        obj.delitem(frame.tx, key)
         return
     raise Unsupported(f"deleting an item of {obj}")
 

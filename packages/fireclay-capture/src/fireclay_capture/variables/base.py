@@ -203,9 +203,17 @@ class CellVar(Var):
             raise Unsupported("reading a closure variable before it was assigned")
         return self._contents
 
-    def set(self, value: Var) -> None:
+    def set(self, value: Var, tx: Tracer | None = None) -> None:
         if self.real_cell is not None:
-            raise Unsupported("assigning a nonlocal variable of a function defined outside the capture")
+            from fireclay_capture import config
+
+            if tx is None or self.source is None or not config.replay_side_effects:
+                raise Unsupported("assigning a nonlocal variable of a function defined outside the capture")
+            # A real cell: written after the graph, like an attribute (cells are shared).
+            tx.write_attr(self.real_cell, self.source, "cell_contents", value)
+            self._contents = value
+            self.written = True
+            return
         note_mutation()
         self._contents = value
         self.written = True

@@ -125,7 +125,15 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
         _guard_id(g, source, value)
         return TorchFnVar(value, torch_name, source)
     if isinstance(value, types.FunctionType):
-        _guard_id(g, source, value)
+        if value.__closure__ and g is not None and not hasattr(value, "_fireclay_eager"):
+            # A closure is made anew each time its enclosing code runs: pin its code and globals,
+            # not the object (its cells are read, and guarded, through this source).
+            g.type_is(source, types.FunctionType)
+            g.id_is(AttrSource(source, "__code__"), value.__code__)
+            g.id_is(AttrSource(source, "__globals__"), value.__globals__)
+            g.equals(AttrSource(source, "__name__"), value.__name__)
+        else:
+            _guard_id(g, source, value)
         return UserFunctionVar(value, source)
     if isinstance(value, types.MethodType):
         _guard_id(g, source, value.__func__ if source is None else None)

@@ -103,13 +103,19 @@ class ListVar(BaseListVar):
     def as_python_constant(self):
         return [i.as_python_constant() for i in self.items]
 
-    def _mutable(self):
-        if self.source is not None and not getattr(self, "fresh", False):
-            raise Unsupported("mutating a list that was passed into the captured function")
-        note_mutation()
+    def _mutable(self, tx):
+        _note_change(tx, self, "list")
+
+    def delitem(self, tx, key):
+        k = _index(tx, key, len(self.items))
+        self._mutable(tx)
+        try:
+            del self.items[k]
+        except IndexError:
+            raise ObservedException(IndexError, "list assignment index out of range") from None
 
     def setitem(self, tx, key, value):
-        self._mutable()
+        self._mutable(tx)
         k = _index(tx, key, len(self.items))
         if isinstance(k, slice):
             self.items[k] = value.unpack(tx)
@@ -118,7 +124,7 @@ class ListVar(BaseListVar):
 
     def method(self, tx, name, args, kwargs):
         if name in ("append", "extend", "insert", "pop", "clear", "reverse", "remove", "sort"):
-            self._mutable()
+            self._mutable(tx)
         if name == "append":
             self.items.append(args[0])
         elif name == "extend":
@@ -126,7 +132,17 @@ class ListVar(BaseListVar):
         elif name == "insert":
             self.items.insert(args[0].as_python_constant(), args[1])
         elif name == "pop":
+            if not self.items:
+                raise ObservedException(IndexError, "pop from empty list")
             return self.items.pop(args[0].as_python_constant() if args else -1)
+        elif name == "remove":
+            target = _key(tx, args[0])
+            for i, item in enumerate(self.items):
+                if (item.is_constant() or item.identity() is not item) and _key(tx, item) == target:
+                    del self.items[i]
+                    break
+            else:
+                raise Unsupported("list.remove of a value the capture cannot find by identity or value")
         elif name == "clear":
             self.items.clear()
         elif name == "reverse":
@@ -180,14 +196,18 @@ class DictVar(Var):
             raise ObservedException(KeyError, repr(k))
         return self.items[k]
 
-    def _mutable(self):
-        # ``fresh``: made by the call itself (the root's **kwargs), so changes stay invisible.
-        if self.source is not None and not getattr(self, "fresh", False):
-            raise Unsupported("mutating a dict that was passed into the captured function")
-        note_mutation()
+    def _mutable(self, tx):
+        _note_change(tx, self, "dict")
+
+    def delitem(self, tx, key):
+        k = _key(tx, key)
+        if k not in self.items:
+            raise ObservedException(KeyError, repr(k))
+        self._mutable(tx)
+        del self.items[k]
 
     def setitem(self, tx, key, value):
-        self._mutable()
+        self._mutable(tx)
         k = _key(tx, key)
         if not key.is_constant():
             self.key_vars[id(k)] = key
@@ -212,7 +232,9 @@ class DictVar(Var):
             return const(_key(tx, args[0]) in self.items)
         if name == "__len__":
             return const(len(self.items))
-        self._mutable()
+        if name not in ("update", "pop", "setdefault", "clear", "popitem"):
+            raise Unsupported(f"dict.{name}")
+        self._mutable(tx)
         if name == "update":
             if args:
                 other = args[0]
@@ -241,10 +263,30 @@ class DictVar(Var):
         if name == "clear":
             self.items.clear()
             return const(None)
+        if name == "popitem" and not args and self.items:
+            k, v = self.items.popitem()
+            return TupleVar([self.key_var(k), v])
         raise Unsupported(f"dict.{name}")
 
     def __repr__(self):
         return f"DictVar({self.items!r})"
+
+
+def _note_change(tx, var, what: str) -> None:
+    """``var`` is about to change. A list or dict that exists outside the trace (it has a source)
+    is changed in the model and the change recorded for replay after the graph; ``fresh`` ones
+    were made by the call itself (the root's **kwargs), so their changes stay invisible."""
+    if var.source is not None and not getattr(var, "fresh", False):
+        from fireclay_capture import config
+
+        if not config.replay_side_effects:
+            raise Unsupported(f"mutating a {what} that exists outside the captured function "
+                              "(config.replay_side_effects is off)")
+        if type(var).python_type(var) not in (list, dict) and getattr(var, "cls", list).__name__ != "OrderedDict":
+            raise Unsupported(f"mutating a {var.python_type().__name__} that exists outside the captured function")
+        tx.side_effects.mutate_container(var)
+        return
+    note_mutation()
 
 
 class SetVar(Var):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import types
 from typing import Any
@@ -41,11 +42,22 @@ class UserFunctionVar(Var):
         kwdefaults = {k: wrap(tx, v, ItemSource(AttrSource(fn_src, "__kwdefaults__"), k))
                       for k, v in (fn.__kwdefaults__ or {}).items()}
         cells = {}
-        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
-            cells[name] = CellVar(real_cell=cell, source=ConstSource(cell, "cell"))
+        for i, (name, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ())):
+            # Through the function's own source when it has one: a closure made anew on every
+            # call (after a graph break, say) then reuses the cache entry.
+            source = ItemSource(AttrSource(self.source, "__closure__"), i) if self.source is not None \
+                else ConstSource(cell, "cell")
+            cells[name] = tx.cell_var(cell, source)
         return fn.__globals__, defaults, kwdefaults, cells
 
     def call(self, tx, args, kwargs):
+        if is_generator_context_factory(self.fn):
+            raise Unsupported(f"a call to {self.fn.__qualname__}, a contextlib.contextmanager (its "
+                              "generator runs in steps around the block, between graphs)")
+        if self.fn.__code__.co_filename == contextlib.__file__ \
+                and self.fn.__qualname__ in ("_GeneratorContextManager.__enter__", "_GeneratorContextManager.__exit__"):
+            raise Unsupported(f"entering or leaving a contextlib context manager ({self.fn.__qualname__}), "
+                              "which runs between graphs")
         if getattr(self.fn, "_fireclay_eager", False):
             what = "graph_break()" if self.fn.__name__ == "graph_break" else \
                 f"{self.fn.__qualname__}, which is marked disable()"
@@ -65,6 +77,12 @@ class UserFunctionVar(Var):
 
     def __repr__(self):
         return f"function {self.fn.__qualname__}"
+
+
+def is_generator_context_factory(fn: Any) -> bool:
+    """``fn`` is what ``@contextlib.contextmanager`` made of a generator function."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and code.co_name == "helper" and code.co_filename == contextlib.__file__
 
 
 class NestedFunctionVar(Var):

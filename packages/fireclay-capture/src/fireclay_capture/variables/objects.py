@@ -4,6 +4,7 @@ objects created inside it (dataclasses, plain classes, Hugging Face ModelOutputs
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -81,6 +82,9 @@ class ModuleVar(Var):
         src = self.source
         if name == "__class__":
             return ClassVar(type(m))
+        written = tx.read_attr(m, name)
+        if written is not None:
+            return written
         if name in m.__dict__:
             return wrap(tx, m.__dict__[name], AttrSource(src, name))
         if name in m._parameters:
@@ -264,6 +268,9 @@ class ClassVar(Var):
             raise Unsupported(f"creating a module ({cls.__name__}) inside the captured function")
         if issubclass(cls, BaseException):
             raise Unsupported(f"creating exception {cls.__name__}")
+        if issubclass(cls, contextlib._GeneratorContextManagerBase):
+            # Its generator runs in steps around the block: it cannot be unrolled at trace time.
+            raise Unsupported(f"a generator-based context manager ({cls.__name__})")
         if cls is functools.partial:
             return PartialVar(args[0], list(args[1:]), dict(kwargs))
         init = inspect.getattr_static(cls, "__init__", None)
