@@ -32,10 +32,16 @@ def check_against_eager(fn: Callable, inputs: list[Any], *, grad: bool = True, a
                         rtol: float = 1e-5, **compile_kwargs: Any) -> Any:
     """Forward outputs, and (``grad``) gradients of a random cotangent, equal eager's."""
     program = program_from(fn, clone_inputs(inputs))
+    compiled = compile_program(program, clone_inputs(inputs), **compile_kwargs)
+    return compare_with_eager(fn, compiled, inputs, grad=grad, atol=atol, rtol=rtol)
+
+
+def compare_with_eager(fn: Callable, compiled: Callable, inputs: list[Any], *, grad: bool = True,
+                       atol: float = 1e-5, rtol: float = 1e-5) -> Any:
+    """Run ``compiled`` (a compiled form of ``fn``) and ``fn`` on copies of ``inputs``; forward
+    outputs and (``grad``) gradients of a random cotangent must match."""
     eager_in, ours_in = clone_inputs(inputs), clone_inputs(inputs)
     fn_eager = copy.deepcopy(fn) if isinstance(fn, torch.nn.Module) else fn
-    compiled = compile_program(program, ours_in if not isinstance(fn, torch.nn.Module) else ours_in,
-                               **compile_kwargs)
     with torch.set_grad_enabled(grad):
         expected = as_tuple(fn_eager(*eager_in))
         got = as_tuple(compiled(*ours_in))

@@ -59,12 +59,33 @@ def test_environment_is_read_at_import():
     assert out.stdout.strip() == "5"
 
 
-def test_capture_knobs_write_through_to_the_capture_stage():
+@pytest.mark.parametrize(("knob", "stage_knob", "value"), [
+    ("recompile_limit", "recompile_limit", 2),
+    ("automatic_dynamic_shapes", "automatic_dynamic", False),
+    ("replay_side_effects", "replay_side_effects", False),
+])
+def test_capture_knobs_write_through_to_the_capture_stage(knob, stage_knob, value):
     import fireclay_capture
 
-    with fireclay.config.patch(recompile_limit=2):
-        assert fireclay_capture.config.recompile_limit == 2
-    assert fireclay_capture.config.recompile_limit == fireclay.config.recompile_limit
+    with fireclay.config.patch(**{knob: value}):
+        assert getattr(fireclay_capture.config, stage_knob) == value
+    assert getattr(fireclay_capture.config, stage_knob) == getattr(fireclay.config, knob)
+
+
+def test_replay_side_effects_off_breaks_the_graph_at_a_mutation():
+    import torch
+
+    log = []
+
+    def fn(x):
+        y = x.sin()
+        log.append(1)
+        return y.cos()
+
+    for replay, graphs in ((True, 1), (False, 2)):
+        with fireclay.config.patch(replay_side_effects=replay):
+            report = fireclay.explain(fn)(torch.randn(3))
+        assert report.graph_count == graphs, report
 
 
 def test_verify_correctness_catches_a_wrong_backend():

@@ -13,7 +13,8 @@ from fireclay import logs
 SPECS = [
     ("capture,loops=debug", {"capture": logging.INFO, "loops": logging.DEBUG}),
     ("+autograd", {"autograd": logging.DEBUG}),
-    ("all=warning", {s: logging.WARNING for s in logs.STAGES}),
+    ("all=warning", {s: logging.WARNING for s in [*logs.STAGES, *logs.OWN]}),
+    ("cache", {"cache": logging.INFO}),
     (" cpp = ERROR , triton ", {"cpp": logging.ERROR, "triton": logging.INFO}),
     ("", {}),
 ]
@@ -25,7 +26,7 @@ def test_parse_spec(spec, expected):
 
 
 @pytest.mark.parametrize("spec, problem", [
-    ("captur", "unknown stage 'captur' (stages: capture, autograd, loops, cpp, triton, or all)"),
+    ("captur", "unknown stage 'captur' (stages: capture, autograd, loops, cpp, triton, cache, or all)"),
     ("loops=loud", "unknown level 'loud'"),
 ])
 def test_parse_spec_reports_problems(spec, problem):
@@ -36,7 +37,7 @@ def test_parse_spec_reports_problems(spec, problem):
 
 @pytest.fixture()
 def restore_loggers():
-    names = [logs.ROOT, *(f"{logs.ROOT}.{s}" for s in logs.STAGES), *logs.STAGES.values()]
+    names = [logs.ROOT, *(f"{logs.ROOT}.{s}" for s in logs.STAGES), *logs.STAGES.values(), *logs.OWN.values()]
     saved = {n: (logging.getLogger(n).level, list(logging.getLogger(n).handlers)) for n in names}
     yield
     for n, (level, handlers) in saved.items():
@@ -109,3 +110,21 @@ def test_fireclay_log_turns_on_capture_output_in_a_new_process(tmp_path):
     # Depending on the capture version, the print() splits the frame or makes it run eagerly.
     assert re.search(r"^\[fireclay\.capture\] INFO: (graph break in f|running eagerly: fireclay_capture could not "
                      r"capture f)\b.*print\(\)", done.stderr, re.MULTILINE), done.stderr
+
+
+def test_the_cache_logger_is_named_like_a_stage(restore_loggers, tmp_path):
+    import torch
+
+    import fireclay
+
+    logs.set_levels({"cache": logging.INFO}, stream=open(os.devnull, "w"))
+    seen = Collect()
+    logging.getLogger(logs.ROOT).addHandler(seen)
+    with fireclay.config.patch(cache_dir=str(tmp_path)):
+        f = fireclay.compile(lambda x: torch.tanh(x) * 3)
+        x = torch.randn(4)
+        with torch.no_grad():
+            torch.testing.assert_close(f(x), torch.tanh(x) * 3)
+    messages = [r.getMessage() for r in seen.records if r.name == "fireclay.cache"]
+    assert [m.split(" (")[0] for m in messages] == ["compile cache: autograd inference artifact miss",
+                                                    "compile cache: loops miss"]

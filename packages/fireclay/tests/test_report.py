@@ -174,6 +174,8 @@ def test_report_command_on_a_script_and_a_file(tmp_path, capsys):
         "    assert torch.allclose(f(x), step(x))\n")
     out = tmp_path / "r.html"
     assert main(["report", str(script), "-o", str(out), "--", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "Time per stage:" in printed and re.search(r"^  capture +[\d.]+ ms  \(1 step\)$", printed, re.M)
     text = out.read_text()
     parse(text)
     assert "return (x.exp() - 1).mean(dim=0)" in text and "exp.default" in text
@@ -278,3 +280,61 @@ def test_report_of_a_failing_script_is_still_written(tmp_path, capsys):
     assert "cos.default" in text and "the script raised RuntimeError: out of data" in text
     assert main(["report", str(tmp_path / "missing.py")]) == 2
     assert capsys.readouterr().err == f"fireclay: error: no such file: {tmp_path / 'missing.py'}\n"
+
+
+def _broken_in_two(x):
+    y = torch.sin(x) + 1
+    print("a graph break")
+    return y * torch.cos(y)
+
+
+def test_capture_time_is_recorded_per_frame_without_the_backend():
+    import time
+
+    def slow_backend(program, example_inputs):
+        time.sleep(0.5)
+        return lambda *args: ir.interpret(program, *args)
+
+    rec = Recorder(inspect_stages=False)
+    f = rec.compile(_broken_in_two, backend=slow_backend)
+    x = torch.randn(5)
+    start = time.perf_counter()
+    torch.testing.assert_close(f(x), _broken_in_two(x))
+    wall = time.perf_counter() - start
+    events = rec.events()
+    captures = [t for t in events.stage_times if t.stage == "capture"]
+    backends = [t for t in events.stage_times if t.stage.startswith("backend")]
+    frames = 2 if _capture_splits_frames() else 1
+    assert len(captures) == frames and len(backends) == frames
+    assert captures[0].note.startswith("_broken_in_two:")
+    assert all(t.seconds > 0 for t in captures)
+    # The backend's sleep is not counted as capture time.
+    assert sum(t.seconds for t in captures) <= wall - 0.5 * frames
+    assert "capture_time" not in events.not_recorded
+
+
+def test_report_and_summary_show_capture_time_and_the_compile_cache(tmp_path):
+    from fireclay.report import summary
+
+    def small(x, w):
+        return torch.nn.functional.gelu(x @ w).sum(dim=-1)
+
+    x, w = torch.randn(3, 4), torch.randn(4, 4)
+    with fireclay.config.patch(cache_dir=str(tmp_path / "cache")):
+        for round_ in range(2):  # the second compile of the same function hits the cache
+            with recording(inspect_stages=False) as rec:
+                f = fireclay.compile(small)
+                with torch.no_grad():
+                    torch.testing.assert_close(f(x, w), small(x, w))
+            events = rec.events()
+            assert events.cache["autograd"]["hits"] == round_ and events.cache["autograd"]["misses"] == 1 - round_
+            assert events.cache["loops"]["hits"] == round_
+    path = tmp_path / "report.html"
+    write_report(rec, path)
+    text = path.read_text()
+    parse(text)
+    assert "<h3>Compile cache</h3>" in text and 'data-stage="autograd"' in text
+    assert re.search(r"<tr><td>capture</td><td>[\d.]+ ms</td>", text)
+    lines = summary(events).splitlines()
+    assert lines[0] == "Time per stage:" and any(line.split()[0] == "capture" for line in lines[1:])
+    assert lines[-1].startswith("Compile cache: autograd 1 hit(s), 0 miss(es); loops 1 hit(s), 0 miss(es)")

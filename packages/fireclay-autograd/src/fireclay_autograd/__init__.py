@@ -29,6 +29,13 @@ from fireclay_autograd.api import (  # noqa: E402
     ir_interpreter_backend,
     trace_to_aten,
 )
+from fireclay_autograd.artifacts import (  # noqa: E402
+    ArtifactError,
+    InferenceArtifact,
+    TrainingArtifact,
+    dumps_artifact,
+    loads_artifact,
+)
 from fireclay_autograd.core_ops import CORE_OPS, is_core  # noqa: E402
 from fireclay_autograd.functionalize import functionalize  # noqa: E402
 from fireclay_autograd.partition import Partition, SavedTensor, is_recomputable, partition  # noqa: E402
@@ -36,7 +43,8 @@ from fireclay_autograd.runtime import DoubleBackwardError  # noqa: E402
 from fireclay_autograd.tracer import AtenTracer, TracingError  # noqa: E402
 
 __all__ = [
-    "AOTGraphs", "AtenTracer", "CORE_OPS", "CompiledProgram", "DoubleBackwardError", "Partition",
+    "AOTGraphs", "ArtifactError", "AtenTracer", "InferenceArtifact", "TrainingArtifact", "dumps_artifact",
+    "loads_artifact", "CORE_OPS", "CompiledProgram", "DoubleBackwardError", "Partition",
     "SavedTensor", "TracingError", "aot_backend", "aot_graphs", "compile_program", "dynamo_backend", "functionalize",
     "interpreter_backend", "ir_interpreter_backend", "is_core", "is_recomputable", "partition", "trace_to_aten",
 ]

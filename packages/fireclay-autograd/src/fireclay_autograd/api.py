@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from fireclay_autograd import __version__
+from fireclay_autograd.artifacts import InferenceArtifact, TrainingArtifact
 from fireclay_autograd.convert import empty_like_meta, tensor_meta, torch_dtype
 from fireclay_autograd.executor import run_program
 from fireclay_autograd.joint import TracedGraph, trace_forward, trace_joint
@@ -88,8 +89,11 @@ def trace_to_aten(program: Program, example_inputs: Sequence[Any]) -> Program:
     program's outputs followed by the new values of inputs the program mutates.
     """
     inputs, _ = _bind_inputs(program, example_inputs)
-    traced = trace_forward(program, inputs, regenerate_aliases=False)
-    return _program(traced.graph, program, traced.constants)
+    from fireclay_autograd.dynamic import symbolic_or_static
+
+    traced, mode = symbolic_or_static(program, inputs, lambda m: trace_forward(program, inputs, regenerate_aliases=False,
+                                                                                  mode=m))
+    return _specialised(_program(traced.graph, program, traced.constants), mode)
 
 
 @dataclass
@@ -112,19 +116,32 @@ class AOTGraphs:
 
 
 def aot_graphs(program: Program, example_inputs: Sequence[Any], *, partitioner: str = "min_cut") -> AOTGraphs:
-    """Trace the joint graph of ``program`` and partition it (for inspection and benchmarks)."""
+    """Trace the joint graph of ``program`` and partition it (for inspection and benchmarks).
+    A program with symbolic input sizes gives graphs with symbolic sizes (static ones if its
+    symbolic trace fails)."""
     inputs, _ = _bind_inputs(program, example_inputs)
-    return _aot_graphs(program, inputs, partitioner)
+    from fireclay_autograd.dynamic import symbolic_or_static
+
+    graphs, _ = symbolic_or_static(program, inputs, lambda m: _aot_graphs(program, inputs, partitioner, m))
+    return graphs
 
 
-def _aot_graphs(program: Program, inputs: list[Any], partitioner: str) -> AOTGraphs:
-    traced = trace_joint(program, inputs)
+def _aot_graphs(program: Program, inputs: list[Any], partitioner: str, mode: Any = None) -> AOTGraphs:
+    traced = trace_joint(program, inputs, mode=mode)
     f = traced.functional
     num_fw_outputs = f.num_user_outputs + len(f.mutated_inputs)
-    part = partition(traced.graph, traced.num_forward_inputs, num_fw_outputs, strategy=partitioner)
-    part.forward = _program(part.forward.main, program, traced.constants)
-    part.backward = _program(part.backward.main, program)
+    hints = {n: i.hint for n, i in mode.env.symbols.items()} if mode is not None else None
+    part = partition(traced.graph, traced.num_forward_inputs, num_fw_outputs, strategy=partitioner, hints=hints)
+    part.forward = _specialised(_program(part.forward.main, program, traced.constants), mode)
+    part.backward = _specialised(_program(part.backward.main, program), mode)
     return AOTGraphs(traced, part)
+
+
+def _specialised(program: Program, mode: Any) -> Program:
+    """A static trace's aten program names no symbols."""
+    if mode is None:
+        program.symbols = {}
+    return program
 
 
 class CompiledProgram:
@@ -133,8 +150,11 @@ class CompiledProgram:
 
     def __init__(self, program: Program, example_inputs: Sequence[Any], *, fw_compiler: Backend | None = None,
                  bw_compiler: Backend | None = None, inference_compiler: Backend | None = None,
-                 partitioner: str = "min_cut"):
+                 partitioner: str = "min_cut", artifact_cache: Any = None):
         self.program = program
+        # Optional: an object with load(kind, inputs) -> artifact | None and store(kind, inputs,
+        # artifact), kind "inference" or "training"; a hit skips tracing and partitioning.
+        self.artifact_cache = artifact_cache
         self.fw_compiler = fw_compiler or interpreter_backend
         self.bw_compiler = bw_compiler or self.fw_compiler
         self.inference_compiler = inference_compiler or self.fw_compiler
@@ -145,8 +165,14 @@ class CompiledProgram:
         self._inference: InferenceRuntime | None = None
         self._training: TrainingRuntime | None = None
         self.graphs: AOTGraphs | None = None
+        # Symbolic input sizes: traced once for any size within the trace's guards.
+        from fireclay_autograd.dynamic import DynamicProgram, has_symbolic_inputs
+
+        self.dynamic = DynamicProgram(self) if has_symbolic_inputs(program) else None
 
     def __call__(self, *user_inputs: Any) -> tuple:
+        if self.dynamic is not None:
+            return self.dynamic(user_inputs)
         inputs = self._full_inputs(user_inputs)
         needs_grad = torch.is_grad_enabled() and any(
             isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
@@ -173,28 +199,44 @@ class CompiledProgram:
                                 f"{_describe(want)}; recompile for the new shapes")
         return inputs
 
+    def _artifact(self, kind: str, inputs: list[Any], build: Callable[[list[Any]], Any]) -> Any:
+        cache = self.artifact_cache
+        artifact = cache.load(kind, inputs) if cache is not None else None
+        if artifact is None:
+            artifact = build(inputs)
+            if cache is not None:
+                cache.store(kind, inputs, artifact)
+        return artifact
+
     def _compile_inference(self, inputs: list[Any]) -> InferenceRuntime:
+        art = self._artifact("inference", inputs, self._inference_artifact)
+        compiled = self.inference_compiler(art.program, list(inputs) + art.constants)
+        return InferenceRuntime(compiled, art.plan, art.constants)
+
+    def _inference_artifact(self, inputs: list[Any]) -> InferenceArtifact:
         traced = trace_forward(self.program, inputs)
-        constants = list(traced.constants.values())
         program = _program(traced.graph, self.program, traced.constants)
-        compiled = self.inference_compiler(program, list(inputs) + constants)
         f = traced.functional
         plan = OutputPlan(f.num_user_outputs, f.mutated_inputs, f.output_aliases, f.num_intermediate_bases)
-        return InferenceRuntime(compiled, plan, constants)
+        return InferenceArtifact(program, plan, list(traced.constants.values()))
 
     def _compile_training(self, inputs: list[Any]) -> TrainingRuntime:
+        art = self._artifact("training", inputs, self._training_artifact)
+        fw = self.fw_compiler(art.forward, list(inputs) + art.constants)
+        bw = self.bw_compiler(art.backward, _examples(art.backward))
+        return TrainingRuntime(fw, bw, art.plan, art.constants, art.num_saved, art.tangent_outputs,
+                               art.grad_inputs, art.tangent_metas)
+
+    def _training_artifact(self, inputs: list[Any]) -> TrainingArtifact:
         graphs = self.graphs = _aot_graphs(self.program, inputs, self.partitioner)
         traced, part = graphs.traced, graphs.partition
-        constants = list(traced.constants.values())
-        fw = self.fw_compiler(part.forward, list(inputs) + constants)
-        bw = self.bw_compiler(part.backward, _examples(part.backward))
         f = traced.functional
-        plan = OutputPlan(f.num_user_outputs, f.mutated_inputs, f.output_aliases, 0)
+        plan = OutputPlan(f.num_user_outputs, f.mutated_inputs, f.output_aliases, 0, f.num_hidden_outputs)
         tangent_metas = []
         for v in traced.graph.inputs[traced.num_forward_inputs:]:
             tangent_metas.append((torch.Size(v.meta.shape), torch_dtype(v.meta.dtype), torch.device(v.meta.device)))
-        return TrainingRuntime(fw, bw, plan, constants, len(part.saved), traced.tangent_outputs,
-                               traced.grad_inputs, tangent_metas)
+        return TrainingArtifact(part.forward, part.backward, plan, list(traced.constants.values()), len(part.saved),
+                                traced.tangent_outputs, traced.grad_inputs, tangent_metas)
 
 
 def _signature(x: Any) -> Any:
@@ -215,12 +257,14 @@ def _examples(program: Program) -> list[torch.Tensor]:
 
 def compile_program(program: Program, example_inputs: Sequence[Any], *, fw_compiler: Backend | None = None,
                     bw_compiler: Backend | None = None, inference_compiler: Backend | None = None,
-                    partitioner: str = "min_cut") -> CompiledProgram:
+                    partitioner: str = "min_cut", artifact_cache: Any = None) -> CompiledProgram:
     """Compile a torch-dialect ``program`` into a callable taking its user inputs (weights are
     bound from ``program.weights``, or pass every graph input). Gradients flow to inputs that
-    require grad as in eager; inputs the program mutates are updated in place."""
+    require grad as in eager; inputs the program mutates are updated in place.
+    ``artifact_cache`` (see :class:`CompiledProgram`) lets a compile reuse stored artifacts."""
     return CompiledProgram(program, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                           inference_compiler=inference_compiler, partitioner=partitioner)
+                           inference_compiler=inference_compiler, partitioner=partitioner,
+                           artifact_cache=artifact_cache)
 
 
 def aot_backend(fw_compiler: Backend | None = None, bw_compiler: Backend | None = None, *,

@@ -6,11 +6,16 @@ arguments, the executor turns IR arguments back into torch objects.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+import sympy
 import torch
 
 from fireclay_ir import Device, DType, IRError, Layout, MemoryFormat, ScalarType, TensorMeta
+from fireclay_shapes import dumps, parse, python_code
+
+Dim = Any  # an int, or a symbolic size's expression string
 
 _DTYPE_BY_NAME: dict[str, torch.dtype] = {}
 for _name in ("float64", "float32", "float16", "bfloat16", "complex128", "complex64", "complex32",
@@ -48,36 +53,96 @@ def device_name(device: torch.device) -> str:
 
 
 def tensor_meta(t: torch.Tensor, device: torch.device | None = None) -> TensorMeta:
-    """The IR type of a tensor; ``device`` overrides the tensor's own (meta) device."""
-    shape = tuple(int(s) for s in t.shape)
-    strides = tuple(int(s) for s in t.stride())
-    contiguous = strides == contiguous_strides(shape)
+    """The IR type of a tensor; ``device`` overrides the tensor's own (meta) device. Symbolic
+    sizes (``torch.SymInt``) become expression strings."""
+    from fireclay_autograd.fake import ir_dim
+
+    shape = tuple(ir_dim(s) for s in t.shape)
+    strides = tuple(ir_dim(s) for s in t.stride())
     return TensorMeta(
         dtype=dtype_name(t.dtype),
         shape=shape,
-        strides=None if contiguous else strides,
-        storage_offset=int(t.storage_offset()),
+        strides=None if same_dims(strides, contiguous_strides(shape)) else strides,
+        storage_offset=ir_dim(t.storage_offset()),
         device=device_name(device or t.device),
         requires_grad=bool(t.requires_grad),
     )
 
 
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
+def contiguous_strides(shape: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    """Row-major strides (a size-0 dim counts as 1). Symbolic sizes are at least 2 (0 and 1
+    are specialised), so their products need no ``max``."""
+    if all(isinstance(s, int) for s in shape):
+        strides, acc = [], 1
+        for s in reversed(shape):
+            strides.append(acc)
+            acc *= max(int(s), 1)
+        return tuple(reversed(strides))
+    out: list[Any] = []
+    acc_expr: Any = sympy.Integer(1)
     for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(int(s), 1)
-    return tuple(reversed(strides))
+        out.append(acc_expr)
+        acc_expr = acc_expr * (parse(s) if isinstance(s, str) else sympy.Integer(max(s, 1)))
+    return tuple(int(e) if e.is_Integer else dumps(e) for e in reversed(out))
 
 
-def meta_strides(meta: TensorMeta) -> tuple[int, ...]:
+def same_dims(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> bool:
+    """Whether two size tuples are equal (symbolic entries compared as expressions)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, int) and isinstance(y, int):
+            if x != y:
+                return False
+        elif sympy.expand(_expr(x) - _expr(y)) != 0:
+            return False
+    return True
+
+
+def _expr(d: Dim) -> sympy.Expr:
+    return parse(d) if isinstance(d, str) else sympy.Integer(d)
+
+
+def meta_strides(meta: TensorMeta) -> tuple[Dim, ...]:
     return tuple(meta.strides) if meta.strides is not None else contiguous_strides(meta.shape)
 
 
-def empty_like_meta(meta: TensorMeta, device: str | torch.device = "meta") -> torch.Tensor:
-    """An uninitialised tensor with the metadata of ``meta`` (on the meta device by default)."""
+_EVAL_CACHE: dict[str, Any] = {}
+
+
+def evaluate(d: Dim, values: Mapping[str, int]) -> int:
+    """The value of size ``d`` with symbols bound to ``values``."""
+    if isinstance(d, int):
+        return d
+    code = _EVAL_CACHE.get(d)
+    if code is None:
+        code = _EVAL_CACHE[d] = compile(python_code(parse(d)), f"<size {d}>", "eval")
+    try:
+        return int(eval(code, {"__builtins__": {"max": max, "min": min, "abs": abs}}, dict(values)))
+    except NameError as e:
+        raise IRError(f"size {d!r} uses a symbol that is not bound here ({e})") from None
+
+
+def concrete_meta(meta: TensorMeta, values: Mapping[str, int]) -> TensorMeta:
+    """``meta`` with every symbolic dim evaluated at ``values``."""
+    if meta.is_static:
+        return meta
+    shape = tuple(evaluate(d, values) for d in meta.shape)
+    strides = None if meta.strides is None else tuple(evaluate(d, values) for d in meta.strides)
+    if strides is None:
+        strides = contiguous_strides(shape)
+    return meta.with_(shape=shape, strides=None if strides == contiguous_strides(shape) else strides,
+                      storage_offset=evaluate(meta.storage_offset, values))
+
+
+def empty_like_meta(meta: TensorMeta, device: str | torch.device = "meta",
+                    values: Mapping[str, int] | None = None) -> torch.Tensor:
+    """An uninitialised tensor with the metadata of ``meta`` (on the meta device by default);
+    symbolic sizes take their ``values``."""
     if not meta.is_static:
-        raise IRError(f"symbolic shapes are not supported here yet: {meta.shape}")
+        if values is None:
+            raise IRError(f"symbolic shape {meta.shape} needs symbol values here")
+        meta = concrete_meta(meta, values)
     needed = 1 + meta.storage_offset + sum((s - 1) * st for s, st in zip(meta.shape, meta_strides(meta)) if s > 0)
     if any(s == 0 for s in meta.shape):
         needed = meta.storage_offset
@@ -120,11 +185,10 @@ def scalar_type(x: Any) -> ScalarType:
     return ScalarType("opaque")
 
 
-def nbytes(meta: TensorMeta) -> int:
-    """Bytes a dense tensor of this type occupies (what saving it for the backward costs)."""
+def nbytes(meta: TensorMeta, hints: Mapping[str, int] | None = None) -> int:
+    """Bytes a dense tensor of this type occupies (what saving it for the backward costs);
+    symbolic sizes are counted at their ``hints``."""
     numel = 1
     for s in meta.shape:
-        if not isinstance(s, int):
-            raise IRError(f"symbolic shapes are not supported here yet: {meta.shape}")
-        numel *= s
+        numel *= evaluate(s, hints or {})
     return numel * torch_dtype(meta.dtype).itemsize

@@ -2,37 +2,19 @@
 
 Every op a traced program reaches is kept if it is in the set; otherwise it is decomposed
 (using torch's decomposition tables as the statement of its semantics) until only core ops,
-or ops with no decomposition at all, remain. The set is fireclay-ir's aten registry list
-(:func:`fireclay_ir.dialects.core_ops`, PyTorch's Core ATen IR) plus the few ops this package
-keeps on purpose, listed in ``KEPT_ON_PURPOSE``.
+or ops with no decomposition at all, remain. The set is data of fireclay-ir's aten registry:
+:func:`fireclay_ir.dialects.core_aten_ops` (PyTorch's Core ATen IR) plus
+:func:`fireclay_ir.dialects.kept_whole_ops` (ops kept whole on purpose, each with its reason in
+:func:`fireclay_ir.dialects.kept_whole_reasons`).
 """
 
 from __future__ import annotations
 
-from fireclay_ir.dialects import core_ops
+from fireclay_ir.dialects import core_aten_ops, kept_whole_ops
 
-# Ops outside Core ATen that we keep whole: their decompositions would hide structure a kernel
-# compiler wants, or they are the functional forms that functionalization itself produces
-# (functional batch norm returns the new running statistics).
-KEPT_ON_PURPOSE: tuple[str, ...] = (
-    "aten::_batch_norm_with_update_functional.default",
-    "aten::_native_batch_norm_legit_functional.default",
-    "aten::copy.default",
-    "aten::alias.default",
-    "aten::zero.default",
-    "aten::fill.Scalar",
-    "aten::fill.Tensor",
-    # Fused attention stays one extern call. Its decomposition also returns the attention
-    # probabilities where the backward op expects the log-sum-exp, so it must not be split.
-    "aten::_scaled_dot_product_flash_attention_for_cpu.default",
-    "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default",
-    "aten::_scaled_dot_product_efficient_attention.default",
-    "aten::_scaled_dot_product_efficient_attention_backward.default",
-    "aten::_scaled_dot_product_flash_attention.default",
-    "aten::_scaled_dot_product_flash_attention_backward.default",
-)
+KEPT_ON_PURPOSE: tuple[str, ...] = kept_whole_ops()
 
-CORE_OPS: frozenset[str] = frozenset(core_ops()) | frozenset(KEPT_ON_PURPOSE)
+CORE_OPS: frozenset[str] = frozenset(core_aten_ops()) | frozenset(KEPT_ON_PURPOSE)
 
 
 def is_core(op: str) -> bool:

@@ -1,7 +1,7 @@
 """Which ops are decomposed while tracing, and into what.
 
-The tracer asks :func:`decomposition_for` about every op that reaches it. A core op (see
-:mod:`fireclay_autograd.core_ops`) is recorded as is. Any other op is replaced by its
+The tracer asks :func:`decomposition_for` about every op that reaches it. A core op, or one
+fireclay-ir lists as kept whole (see :mod:`fireclay_autograd.core_ops`), is recorded as is. Any other op is replaced by its
 decomposition, run again under the tracer so that its parts are themselves decomposed. torch's
 decomposition tables are used only as statements of what an op means; the choice of what to
 decompose is ours.
@@ -18,21 +18,6 @@ from fireclay_autograd.core_ops import is_core
 from fireclay_autograd.executor import op_name
 
 _CURATED = core_aten_decompositions()
-
-# Ops we leave whole even though torch has a decomposition: the decomposition's result is not
-# simpler for a kernel compiler, or it trades one op for a data-dependent sequence.
-_NEVER_DECOMPOSE: frozenset[str] = frozenset({
-    "aten::_batch_norm_with_update_functional.default",
-    "aten::_native_batch_norm_legit_functional.default",
-})
-
-# Views are kept as views: functionalization needs to see them to track aliasing.
-_VIEW_OPS_KEPT: frozenset[str] = frozenset({
-    "aten::view.default", "aten::alias.default", "aten::permute.default", "aten::expand.default",
-    "aten::slice.Tensor", "aten::select.int", "aten::diagonal.default", "aten::as_strided.default",
-    "aten::unsqueeze.default", "aten::squeeze.dim", "aten::squeeze.dims", "aten::split_with_sizes.default",
-})
-
 
 aten = torch.ops.aten
 
@@ -60,13 +45,17 @@ def decomposition_for(func: torch._ops.OpOverload) -> Callable | None:
     if func in OWN_DECOMPOSITIONS:
         return OWN_DECOMPOSITIONS[func]
     name = op_name(func)
-    if is_core(name) or name in _NEVER_DECOMPOSE or name in _VIEW_OPS_KEPT:
+    if is_core(name):  # core ATen, and the ops fireclay-ir lists as kept whole (views among them)
         return None
     # Only the curated table: its decompositions produce aten ops, where the wider table's
     # reference implementations may produce prims.
     # (The table is a lazily filled mapping: ``in`` and ``[]`` work where ``.get`` does not.)
     if func in _CURATED:
         return _CURATED[func]
-    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+    try:
+        composite = torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+    except RuntimeError:  # an op torch does not register by that name (size, stride...)
+        return None
+    if composite:
         return func.decompose
     return None

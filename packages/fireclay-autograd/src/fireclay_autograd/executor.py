@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-from fireclay_autograd.convert import from_ir_atom
+from fireclay_autograd.convert import evaluate, from_ir_atom
 from fireclay_ir import Graph, IRError, Node, Program, SymExpr, Value, map_values
 
 _TORCH_ROOTS: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor, "operator": operator, "math": math}
@@ -73,7 +73,27 @@ def _resolve(op: str) -> Callable:
     return obj
 
 
-def _materialize(arg: Any, env: dict[Value, Any], symbols: dict[str, int]) -> Any:
+def bind_symbols(graph: Graph, inputs: Sequence[Any], positions: Sequence[int] | None = None) -> dict[str, int]:
+    """Symbol values read off the sizes of real ``inputs``: a dim of an input's type that is a
+    bare symbol takes that input's size there (only the inputs at ``positions``, when given).
+    Raises when two inputs disagree."""
+    values: dict[str, int] = {}
+    for i in range(len(graph.inputs)) if positions is None else positions:
+        v, x = graph.inputs[i], inputs[i]
+        if not v.is_tensor or not isinstance(x, torch.Tensor) or v.meta.is_static:
+            continue
+        if x.dim() != len(v.meta.shape):
+            raise IRError(f"input %{v.name} has {x.dim()} dims, its type {list(v.meta.shape)} has "
+                          f"{len(v.meta.shape)}")
+        for d, size in zip(v.meta.shape, x.shape):
+            if isinstance(d, str) and d.isidentifier():
+                if values.setdefault(d, int(size)) != int(size):
+                    raise IRError(f"symbol {d} is {values[d]} by one input and {int(size)} by "
+                                  f"%{v.name}")
+    return values
+
+
+def _materialize(arg: Any, env: dict[Value, Any], symbols: Callable[[str], Any]) -> Any:
     def fn(v: Value) -> Any:
         try:
             return env[v]
@@ -82,9 +102,7 @@ def _materialize(arg: Any, env: dict[Value, Any], symbols: dict[str, int]) -> An
 
     def atom(a: Any) -> Any:
         if isinstance(a, SymExpr):
-            if a.expr in symbols:
-                return symbols[a.expr]
-            raise IRError(f"symbolic size {a.expr!r} is not supported by this executor yet")
+            return symbols(a.expr)
         if isinstance(a, (list, tuple)):
             return type(a)(atom(x) for x in a)
         if isinstance(a, dict):
@@ -102,14 +120,18 @@ def run_graph(
     *,
     on_node: Callable[[Node], Any] | None = None,
     after_node: Callable[[Node, Any], None] | None = None,
-    symbols: dict[str, int] | None = None,
+    symbols: Mapping[str, int] | Callable[[str], Any] | None = None,
 ) -> list[Any]:
     """Run ``graph`` on ``inputs``; ``on_node(node)`` may return a context manager entered
     around each node's call (the tracer's hook for source locations); ``after_node(node,
-    result)`` sees each node's result."""
+    result)`` sees each node's result. Symbolic sizes in arguments (``SymExpr``) take the
+    values ``symbols`` gives (a mapping of symbol values, or a function of the expression
+    string); by default symbols are bound from the inputs' sizes."""
     if len(inputs) != len(graph.inputs):
         raise IRError(f"graph {graph.name!r} takes {len(graph.inputs)} inputs, got {len(inputs)}")
-    symbols = symbols or {}
+    if not callable(symbols):
+        values = dict(symbols) if symbols is not None else bind_symbols(graph, inputs)
+        symbols = lambda expr: evaluate(expr, values)  # noqa: E731
     env: dict[Value, Any] = dict(zip(graph.inputs, inputs))
     for node in graph.nodes:
         fn = resolve_op(node.op)

@@ -1,8 +1,13 @@
-"""A fake tensor: metadata only, stored on the meta device, reporting its real device.
+"""Fake tensors for tracing: fireclay-shapes' :class:`~fireclay_shapes.torch.FakeTensor`.
 
-This is a thin stand-in until fireclay-shapes' fake tensor (with symbolic sizes) lands; the
-tracer only relies on :func:`fake_from`, :attr:`FakeTensor.elem` and
-:attr:`FakeTensor.fake_device`, so swapping it out touches this module alone.
+A trace owns one :class:`~fireclay_shapes.torch.FakeMode`, whose ShapeEnv holds the program's
+symbols: input fakes get the program's symbolic sizes (or the real input's static ones), torch's
+meta kernels compute symbolic output sizes, and every decision they take on a size becomes a
+guard in that ShapeEnv. The tracer tags each fake with the IR value naming it (attribute
+``value``); fakes made outside the tracer (by a decomposition's inner ops) have none.
+
+Symbolic sizes cross into the IR as expression strings (``"2*s0"``, fireclay-shapes' string
+form) and come back as ``torch.SymInt`` over the same ShapeEnv.
 """
 
 from __future__ import annotations
@@ -10,82 +15,73 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
+
+from fireclay_ir import IRError, Program, SymExpr, TensorMeta
+from fireclay_shapes import ShapeEnv, dumps, parse
+from fireclay_shapes.torch import FakeMode, FakeTensor, expr_of, make_symint
+
+__all__ = ["FakeMode", "FakeTensor", "fake_like", "fake_of_meta", "ir_dim", "mode_for", "sym_atom", "torch_dim",
+           "value_of"]
 
 
-class FakeTensor(torch.Tensor):
-    """A wrapper subclass around a meta tensor ``elem``; ``value`` is the IR value a tracer
-    bound to it (None outside tracing)."""
-
-    elem: torch.Tensor
-    fake_device: torch.device
-    value: Any
-
-    @staticmethod
-    def __new__(cls, elem: torch.Tensor, device: torch.device, requires_grad: bool = False):
-        assert elem.device.type == "meta", "a FakeTensor wraps a meta tensor"
-        r = torch.Tensor._make_wrapper_subclass(
-            cls, elem.size(), strides=elem.stride(), storage_offset=elem.storage_offset(),
-            dtype=elem.dtype, layout=elem.layout, device=device, requires_grad=requires_grad,
-        )
-        r.elem = elem
-        r.fake_device = device
-        r.value = None
-        return r
-
-    __torch_function__ = torch._C._disabled_torch_function_impl
-
-    def __repr__(self) -> str:
-        value = f", value=%{self.value.name}" if self.value is not None else ""
-        return f"FakeTensor({tuple(self.shape)}, {self.dtype}, {self.fake_device}{value})"
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        # Outside a tracer a FakeTensor still propagates metadata, so shapes can be asked of it.
-        return run_on_fakes(func, args, kwargs or {})
+def mode_for(program: Program | None = None, hints: dict[str, int] | None = None) -> FakeMode:
+    """A fake mode whose ShapeEnv holds ``program``'s symbols (their hints replaced by
+    ``hints``, the sizes of the inputs being traced), or no symbols at all."""
+    if program is None or not program.symbols:
+        return FakeMode(ShapeEnv())
+    records = []
+    for name, sym in program.symbols.items():
+        hint = (hints or {}).get(name, sym.hint)
+        records.append({"name": name, "hint": hint, "min": sym.min, "max": sym.max})
+    return FakeMode(ShapeEnv.restore(records))
 
 
-def run_on_fakes(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
-    """Run an aten op on fakes (factory ops included: their device becomes the fake's)."""
-    meta_args, meta_kwargs, device = unwrap(args, kwargs)
-    out = func(*meta_args, **meta_kwargs)
-    return pytree.tree_map_only(torch.Tensor, lambda t: FakeTensor(t, device), out)
+def value_of(x: Any) -> Any:
+    """The IR value a tracer tagged fake ``x`` with, or None."""
+    return getattr(x, "value", None) if isinstance(x, FakeTensor) else None
 
 
-def fake_from(t: torch.Tensor, requires_grad: bool | None = None) -> FakeTensor:
-    """A fake with ``t``'s dtype, sizes, strides, offset and device."""
+def fake_like(t: torch.Tensor, mode: FakeMode, requires_grad: bool | None = None) -> FakeTensor:
+    """A fresh fake with ``t``'s dtype, sizes, strides, offset and device (symbolic where
+    ``t`` is a symbolic fake of the same mode, static where ``t`` is real)."""
+    rg = bool(t.requires_grad if requires_grad is None else requires_grad)
     if isinstance(t, FakeTensor):
-        return FakeTensor(t.elem.detach(), t.fake_device, bool(t.requires_grad if requires_grad is None else requires_grad))
-    elem = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta")
-    if t.storage_offset():
-        elem = torch.empty(t.untyped_storage().nbytes() // t.element_size(), dtype=t.dtype,
-                           device="meta").as_strided(t.size(), t.stride(), t.storage_offset())
-    rg = t.requires_grad if requires_grad is None else requires_grad
-    return FakeTensor(elem, t.device, requires_grad=rg)
+        if t.fake_mode is not mode:
+            raise IRError("a fake tensor of another trace reached this one")
+        return FakeTensor(t.meta.detach(), t.device, mode, rg)
+    return mode.fake(list(t.shape), list(t.stride()), dtype=t.dtype, device=t.device, requires_grad=rg,
+                     storage_offset=t.storage_offset())
 
 
-def unwrap(args: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any], torch.device]:
-    """Arguments with fakes replaced by their meta tensors and devices by ``meta``, and the
-    device the results of the call live on."""
-    devices: list[torch.device] = []
+def fake_of_meta(meta: TensorMeta, mode: FakeMode, requires_grad: bool = False) -> FakeTensor:
+    """A fake of IR type ``meta``; its symbolic dims are expressions over ``mode``'s symbols."""
+    strides = list(meta.strides) if meta.strides is not None else None
+    return mode.fake(list(meta.shape), strides, dtype=meta.dtype, device=meta.device,
+                     requires_grad=requires_grad, storage_offset=meta.storage_offset)
 
-    def leaf(x: Any) -> Any:
-        if isinstance(x, FakeTensor):
-            # A CPU scalar tensor may meet a CUDA tensor; the result then lives on CUDA.
-            if x.fake_device.type != "cpu" or x.dim() > 0 or not devices:
-                devices.append(x.fake_device)
-            return x.elem
-        if isinstance(x, torch.Tensor) and x.device.type != "meta":
-            raise TypeError("a real tensor reached a fake-tensor computation; lift it as a constant first")
-        return x
 
-    meta_args = pytree.tree_map(leaf, args)
-    meta_kwargs = pytree.tree_map(leaf, kwargs)
-    explicit = meta_kwargs.get("device")
-    if explicit is not None:
-        device = torch.device(explicit)
-        meta_kwargs["device"] = torch.device("meta")
-    else:
-        non_cpu = [d for d in devices if d.type != "cpu"]
-        device = non_cpu[0] if non_cpu else (devices[0] if devices else torch.device("cpu"))
-    return meta_args, meta_kwargs, device
+def ir_dim(x: Any) -> int | str:
+    """A size as the IR stores it: an int, or the expression string of a symbolic size."""
+    if isinstance(x, torch.SymInt):
+        e = expr_of(x)
+        return int(e) if e.is_Integer else dumps(e)
+    return int(x)
+
+
+def torch_dim(d: int | str, mode: FakeMode) -> Any:
+    """An IR size as a value torch's kernels take (an int, or a SymInt of ``mode``)."""
+    if isinstance(d, int):
+        return d
+    return make_symint(mode.env, parse(d))
+
+
+def sym_atom(x: Any) -> Any:
+    """A symbolic int/bool/float argument as an IR atom; concrete values pass through."""
+    if isinstance(x, torch.SymInt):
+        d = ir_dim(x)
+        return d if isinstance(d, int) else SymExpr(d)
+    if isinstance(x, torch.SymBool):
+        return bool(x)  # a decision: the ShapeEnv records the guard
+    if isinstance(x, torch.SymFloat):
+        return float(x)
+    return x

@@ -27,11 +27,11 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fireclay_autograd.convert import empty_like_meta, from_ir_atom, scalar_type, tensor_meta, to_ir_atom
+from fireclay_autograd.convert import evaluate, from_ir_atom, same_dims, scalar_type, tensor_meta, to_ir_atom
 from fireclay_autograd.executor import aten_overload, op_name
-from fireclay_autograd.fake import FakeTensor, run_on_fakes
+from fireclay_autograd.fake import FakeMode, FakeTensor, fake_of_meta, mode_for, torch_dim
 from fireclay_autograd.tracer import functional_variant
-from fireclay_ir import Graph, IRError, Node, Value, iter_values, map_values
+from fireclay_ir import DType, Graph, IRError, Node, SymExpr, Value, iter_values, map_values
 
 # In-place ops that only change a tensor's metadata; they rebind it to this view of itself.
 _METADATA_MUTATIONS = {
@@ -58,18 +58,25 @@ class ViewStep:
     args: tuple = ()
     kwargs: tuple = ()  # (name, value) pairs, so steps are hashable and comparable
 
-    def apply(self, x: torch.Tensor) -> torch.Tensor:
-        """Replay the step on a real tensor (the runtime regenerates aliasing outputs so)."""
+    def apply(self, x: torch.Tensor, symbols: dict[str, int] | None = None) -> torch.Tensor:
+        """Replay the step on a real tensor (the runtime regenerates aliasing outputs so);
+        symbolic sizes among its arguments take their values from ``symbols``."""
         overload = aten_overload(self.op)
-        conv = lambda a: from_ir_atom(a)  # noqa: E731
+
+        def conv(a: Any) -> Any:
+            if isinstance(a, SymExpr):
+                return evaluate(a.expr, symbols or {})
+            return from_ir_atom(a)
+
         return overload(x, *pytree.tree_map(conv, list(self.args)), **{k: conv(v) for k, v in self.kwargs})
 
 
 @dataclass
 class OutputAlias:
     """How a user output aliases something: ``kind`` is ``"input"`` (``index`` is the graph
-    input it views) or ``"intermediate"`` (``index`` is the position, among the extra base
-    outputs, of the intermediate it views); ``chain`` turns that tensor into the output."""
+    input it views), ``"intermediate"`` (``index`` is the position, among the extra base
+    outputs, of the intermediate it views) or ``"output"`` (``index`` is the user output that
+    is its base); ``chain`` turns that tensor into the output."""
 
     kind: str
     index: int
@@ -87,6 +94,7 @@ class FunctionalGraph:
     mutated_inputs: list[int] = field(default_factory=list)
     output_aliases: list[OutputAlias | None] = field(default_factory=list)
     num_intermediate_bases: int = 0
+    num_hidden_outputs: int = 0  # trailing user outputs that are bases only (see OutputPlan)
 
 
 class _Base:
@@ -106,9 +114,12 @@ class _Alias:
 
 
 class _Functionalizer:
-    def __init__(self, source: Graph, regenerate_aliases: bool = True):
+    def __init__(self, source: Graph, regenerate_aliases: bool = True, mode: FakeMode | None = None,
+                 output_bases: bool = False):
         self.source = source
         self.regenerate_aliases = regenerate_aliases
+        self.output_bases = output_bases
+        self.mode = mode if mode is not None else mode_for()
         self.graph = Graph(source.name)
         self.graph.meta = dict(source.meta)
         self.env: dict[Value, Any] = {}
@@ -120,10 +131,13 @@ class _Functionalizer:
         overload = aten_overload(op)
         fake_args = map_values(args, self._fake)
         fake_kwargs = map_values(kwargs, self._fake)
-        conv = lambda a: from_ir_atom(a)  # noqa: E731
-        out = run_on_fakes(overload, pytree.tree_map(conv, fake_args), pytree.tree_map(conv, fake_kwargs))
+
+        def conv(a: Any) -> Any:
+            return torch_dim(a.expr, self.mode) if isinstance(a, SymExpr) else from_ir_atom(a)
+
+        out = self.mode.run(overload, pytree.tree_map(conv, fake_args), pytree.tree_map(conv, fake_kwargs))
         flat = list(out) if isinstance(out, (tuple, list)) else [out]
-        types = [tensor_meta(o, o.fake_device) if isinstance(o, FakeTensor) else scalar_type(o) for o in flat]
+        types = [tensor_meta(o) if isinstance(o, FakeTensor) else scalar_type(o) for o in flat]
         values = self.graph.call(op, args, kwargs, out=types, meta=dict(self._meta))
         for v, o in zip(values, flat):
             if isinstance(o, FakeTensor):
@@ -136,7 +150,7 @@ class _Functionalizer:
     def _fake(self, v: Value) -> FakeTensor:
         fake = self.fakes.get(v)
         if fake is None:
-            fake = FakeTensor(empty_like_meta(v.meta), torch.device(v.meta.device))
+            fake = fake_of_meta(v.meta, self.mode)
             self.fakes[v] = fake
         return fake
 
@@ -151,12 +165,12 @@ class _Functionalizer:
 
     def write(self, alias: _Alias, new: Value) -> None:
         base = alias.base
-        target = self._fake(self.read(alias))
-        if self._fake(new).dtype != target.dtype:
+        target = self.read(alias).meta
+        if new.meta.dtype != target.dtype:
             # In-place ops keep the destination's dtype; the functional form may promote.
-            new = self.emit1("aten::_to_copy.default", new, dtype=to_ir_atom(target.dtype))
-        if tuple(self._fake(new).shape) != tuple(target.shape):
-            new = self.emit1("aten::expand.default", new, list(target.shape))
+            new = self.emit1("aten::_to_copy.default", new, dtype=DType(target.dtype))
+        if not same_dims(new.meta.shape, target.shape):
+            new = self.emit1("aten::expand.default", new, ir_sizes(target.shape))
         if alias.chain:
             stack = [base.current]
             for step in alias.chain[:-1]:
@@ -176,9 +190,9 @@ class _Functionalizer:
         if op in _IDENTITY_VIEWS:
             return src
         if op in _RESHAPING_VIEWS:
-            if not self._fake(src).is_contiguous():
+            if src.meta.strides is not None:
                 src = self.emit1("aten::clone.default", src, memory_format=to_ir_atom(torch.contiguous_format))
-            return self.emit1("aten::view.default", src, list(self._fake(base).shape))
+            return self.emit1("aten::view.default", src, ir_sizes(base.meta.shape))
         if op == "aten::permute.default":
             dims = [d % len(args[0]) for d in args[0]]
             inverse = [dims.index(i) for i in range(len(dims))]
@@ -250,8 +264,8 @@ class _Functionalizer:
         dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
         if node.op in ("aten::split_with_sizes.default", "aten::split.Tensor"):
             sizes = [o.meta.shape[dim] for o in node.outputs]
-            start = sum(sizes[:k])
-            return ViewStep("aten::slice.Tensor", (dim, start, start + sizes[k], 1))
+            start = _size_sum(sizes[:k])
+            return ViewStep("aten::slice.Tensor", (dim, start, _size_sum(sizes[:k + 1]), 1))
         if node.op == "aten::unbind.int":
             dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
             return ViewStep("aten::select.int", (dim, k))
@@ -315,7 +329,13 @@ class _Functionalizer:
         new_outputs: list[Any] = []
         aliases: list[OutputAlias | None] = []
         bases: dict[_Base, int] = {}
-        shared = self._shared_bases(outputs[:n_user]) if self.regenerate_aliases else set()
+        shared = self._shared_bases(outputs[:n_user]) if self.regenerate_aliases or self.output_bases else set()
+        base_outputs: dict[_Base, int] = {}
+        if self.output_bases:
+            for i, out in enumerate(outputs[:n_user]):
+                entry = self.env.get(out) if isinstance(out, Value) else None
+                if isinstance(entry, _Alias) and entry.base in shared and not entry.chain:
+                    base_outputs.setdefault(entry.base, i)
         extra_bases: list[Value] = []
         for i, out in enumerate(outputs):
             entry = self.env.get(out) if isinstance(out, Value) else None
@@ -324,7 +344,10 @@ class _Functionalizer:
                 alias = None
                 if i < n_user and entry.base.input_index is not None:
                     alias = OutputAlias("input", entry.base.input_index, entry.chain)
-                elif i < n_user and entry.base in shared:
+                elif i < n_user and entry.base in base_outputs:
+                    if base_outputs[entry.base] != i:
+                        alias = OutputAlias("output", base_outputs[entry.base], entry.chain)
+                elif i < n_user and entry.base in shared and not self.output_bases:
                     if entry.base not in bases:
                         bases[entry.base] = len(extra_bases)
                         extra_bases.append(entry.base.current)
@@ -355,13 +378,31 @@ class _Functionalizer:
         return {b for b, c in count.items() if c > 1}
 
 
+def ir_sizes(shape: tuple) -> list[Any]:
+    """A type's sizes as op arguments (symbolic ones as ``SymExpr``)."""
+    return [SymExpr(d) if isinstance(d, str) else d for d in shape]
+
+
+def _size_sum(sizes: list[Any]) -> Any:
+    if all(isinstance(d, int) for d in sizes):
+        return sum(sizes)
+    from fireclay_shapes import dumps, parse
+
+    total = sum((parse(d) if isinstance(d, str) else d for d in sizes), 0)
+    return int(total) if getattr(total, "is_Integer", False) else SymExpr(dumps(total))
+
+
 def functionalize(graph: Graph, num_user_outputs: int | None = None, *,
-                  regenerate_aliases: bool = True) -> FunctionalGraph:
+                  regenerate_aliases: bool = True, mode: FakeMode | None = None,
+                  output_bases: bool = False) -> FunctionalGraph:
     """A pure copy of the recorded aten ``graph`` (which is left unchanged); see the module
     docstring. ``num_user_outputs``: how many leading outputs are the user's (for aliasing
     analysis); the default is all of them. ``regenerate_aliases=False`` reports no outputs
-    aliasing each other (the training path returns them as separate tensors)."""
-    result = _Functionalizer(graph, regenerate_aliases).run(num_user_outputs)
+    aliasing each other. ``output_bases=True`` reports user outputs that view another user
+    output (their shared base) as aliases of kind ``"output"``, and adds no base outputs (the
+    training path, which makes each shared base an output itself). ``mode``: the fake mode whose
+    symbols the graph's sizes use."""
+    result = _Functionalizer(graph, regenerate_aliases, mode, output_bases).run(num_user_outputs)
     eliminate_dead_code(result.graph)
     return result
 

@@ -76,11 +76,13 @@ class Partition:
 
 
 def partition(joint: Graph, num_forward_inputs: int, num_forward_outputs: int, *,
-              strategy: str = "min_cut") -> Partition:
+              strategy: str = "min_cut", hints: dict[str, int] | None = None) -> Partition:
     """Split ``joint`` whose first ``num_forward_inputs`` inputs are the forward's (the rest are
     tangents) and whose first ``num_forward_outputs`` outputs are the forward's (the rest are
     gradients). ``strategy`` is ``"min_cut"`` or ``"save_all"`` (keep every forward
-    intermediate the backward reads: the naive baseline)."""
+    intermediate the backward reads: the naive baseline). ``hints``: symbol values at which
+    symbolic sizes are weighed."""
+    hints = hints or {}
     primals = joint.inputs[:num_forward_inputs]
     tangents = joint.inputs[num_forward_inputs:]
     fw_outputs = joint.outputs[:num_forward_outputs]
@@ -89,7 +91,7 @@ def partition(joint: Graph, num_forward_inputs: int, num_forward_outputs: int, *
     tangent_dependent = _descendants(joint, tangents)
     fw_required = _ancestors(joint, list(iter_values(fw_outputs)))
     if strategy == "min_cut":
-        saved = _min_cut(joint, primals, tangent_dependent, fw_required, list(iter_values(bw_outputs)))
+        saved = _min_cut(joint, primals, tangent_dependent, fw_required, list(iter_values(bw_outputs)), hints)
     elif strategy == "save_all":
         saved = _save_all(joint, tangent_dependent, list(iter_values(bw_outputs)))
     else:
@@ -105,7 +107,7 @@ def partition(joint: Graph, num_forward_inputs: int, num_forward_outputs: int, *
     recomputed = [n.op for n in backward.nodes if n.meta.get("autograd.phase") == "forward"]
     return Partition(
         Program.single(forward), Program.single(backward),
-        [SavedTensor(v.name, nbytes(v.meta)) for v in saved], recomputed,
+        [SavedTensor(v.name, nbytes(v.meta, hints)) for v in saved], recomputed,
     )
 
 
@@ -128,7 +130,7 @@ def _ancestors(graph: Graph, roots: list[Value], stop: set[Value] | frozenset = 
 
 
 def _min_cut(graph: Graph, primals: list[Value], tangent_dependent: set[Value], fw_required: set[Value],
-             bw_outputs: list[Value]) -> list[Value]:
+             bw_outputs: list[Value], hints: dict[str, int]) -> list[Value]:
     flow = nx.DiGraph()
     primal_set = set(primals)
     bw_needed = _ancestors(graph, bw_outputs)
@@ -137,7 +139,7 @@ def _min_cut(graph: Graph, primals: list[Value], tangent_dependent: set[Value], 
         # A value the forward computes anyway costs only its bytes to keep; one the forward
         # would compute just to save it costs a little more, so ties go to recomputing it.
         penalty = 1.0 if (v in fw_required or v in primal_set) else 1.1
-        flow.add_edge(("in", v), ("out", v), capacity=float(max(nbytes(v.meta), 1)) * penalty)
+        flow.add_edge(("in", v), ("out", v), capacity=float(max(nbytes(v.meta, hints), 1)) * penalty)
         if pinned_forward:
             flow.add_edge("source", ("in", v))
         if v in tangent_dependent or v in bw_outputs:

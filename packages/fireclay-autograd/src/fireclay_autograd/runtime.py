@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from fireclay_autograd.convert import evaluate
 from fireclay_autograd.functionalize import OutputAlias
 
 CompiledFn = Callable[..., Sequence[Any]]
@@ -32,9 +33,13 @@ class OutputPlan:
     mutated_inputs: list[int] = field(default_factory=list)
     output_aliases: list[OutputAlias | None] = field(default_factory=list)
     num_intermediate_bases: int = 0
+    # Trailing user outputs that are only bases for aliases of kind "output" (the training path
+    # returns a base its outputs view when the base itself is not an output): not handed back.
+    num_hidden_outputs: int = 0
 
-    def finish(self, inputs: Sequence[Any], results: Sequence[Any]) -> tuple:
-        """Write mutations back into ``inputs`` and rebuild aliasing outputs."""
+    def finish(self, inputs: Sequence[Any], results: Sequence[Any], symbols: dict[str, int] | None = None) -> tuple:
+        """Write mutations back into ``inputs`` and rebuild aliasing outputs (``symbols``: the
+        values of the symbolic sizes in their view chains)."""
         n, m = self.num_user_outputs, len(self.mutated_inputs)
         user = list(results[:n])
         if m:
@@ -42,14 +47,15 @@ class OutputPlan:
                 for index, new in zip(self.mutated_inputs, results[n:n + m]):
                     inputs[index].copy_(new)
         bases = results[n + m:n + m + self.num_intermediate_bases]
-        for i, alias in enumerate(self.output_aliases):
+        # Views of other outputs come last, so that they view what the user gets.
+        for i, alias in sorted(enumerate(self.output_aliases), key=lambda p: p[1] is not None and p[1].kind == "output"):
             if alias is None:
                 continue
-            x = inputs[alias.index] if alias.kind == "input" else bases[alias.index]
+            x = {"input": inputs, "intermediate": bases, "output": user}[alias.kind][alias.index]
             for step in alias.chain:
-                x = step.apply(x)
+                x = step.apply(x, symbols)
             user[i] = x
-        return tuple(user)
+        return tuple(user[:n - self.num_hidden_outputs])
 
 
 @dataclass
@@ -59,10 +65,11 @@ class InferenceRuntime:
     forward: CompiledFn
     plan: OutputPlan
     constants: list[torch.Tensor]
+    carriers: list[SizeCarrier] = field(default_factory=list)
 
-    def __call__(self, *inputs: Any) -> tuple:
-        results = self.forward(*inputs, *self.constants)
-        return self.plan.finish(inputs, results)
+    def __call__(self, *inputs: Any, symbols: dict[str, int] | None = None) -> tuple:
+        results = self.forward(*inputs, *self.constants, *carry(self.carriers, symbols))
+        return self.plan.finish(inputs, results, symbols)
 
 
 @dataclass
@@ -81,24 +88,52 @@ class TrainingRuntime:
     num_saved: int
     tangent_outputs: list[int]
     grad_inputs: list[int]
-    tangent_metas: list[tuple[torch.Size, torch.dtype, torch.device]] = field(default_factory=list)
+    tangent_metas: list[tuple[Sequence[Any], torch.dtype, torch.device]] = field(default_factory=list)
+    fw_carriers: list[SizeCarrier] = field(default_factory=list)
+    bw_carriers: list[SizeCarrier] = field(default_factory=list)
 
-    def __call__(self, *inputs: Any) -> tuple:
-        results = CompiledFunction.apply(self, *inputs, *self.constants)
-        return self.plan.finish(inputs, results)
+    def __call__(self, *inputs: Any, symbols: dict[str, int] | None = None) -> tuple:
+        results = CompiledFunction.apply(self, symbols, *inputs, *self.constants, *carry(self.fw_carriers, symbols))
+        return self.plan.finish(inputs, results, symbols)
+
+
+@dataclass(frozen=True)
+class SizeCarrier:
+    """An extra graph input whose only dim is symbol ``symbol``: a compiled graph reads its
+    symbolic sizes off its inputs' shapes, and this hands it a size no other input shows."""
+
+    symbol: str
+    device: str
+
+
+def carry(carriers: list[SizeCarrier], symbols: dict[str, int] | None) -> list[torch.Tensor]:
+    if not carriers:
+        return []
+    if symbols is None:
+        raise RuntimeError("a graph with symbolic sizes was called without their values")
+    return [torch.empty(symbols[c.symbol], dtype=torch.uint8, device=c.device) for c in carriers]
 
 
 class CompiledFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, runtime: TrainingRuntime, *inputs: Any):
+    def forward(ctx, runtime: TrainingRuntime, symbols: dict[str, int] | None, *inputs: Any):
         results = list(runtime.forward(*inputs))
         n_out = runtime.plan.num_user_outputs + len(runtime.plan.mutated_inputs)
         outputs, saved = results[:n_out], results[n_out:]
         if len(saved) != runtime.num_saved:
             raise RuntimeError(f"the compiled forward returned {len(saved)} saved tensors, expected {runtime.num_saved}")
         ctx.runtime = runtime
+        ctx.symbols = symbols
         ctx.save_for_backward(*saved)
         differentiable = set(runtime.tangent_outputs)
+        # A compiled graph may return one tensor at several positions; autograd would then see
+        # only its last position. Later positions get their own tensor object (same storage).
+        seen: set[int] = set()
+        for i, o in enumerate(outputs):
+            if isinstance(o, torch.Tensor):
+                if id(o) in seen:
+                    outputs[i] = o.detach()
+                seen.add(id(o))
         ctx.mark_non_differentiable(*[o for i, o in enumerate(outputs)
                                       if isinstance(o, torch.Tensor) and i not in differentiable])
         ctx.set_materialize_grads(False)
@@ -117,11 +152,12 @@ class CompiledFunction(torch.autograd.Function):
             g = grad_outputs[i]
             if g is None:
                 shape, dtype, device = runtime.tangent_metas[k]
+                shape = [evaluate(d, ctx.symbols or {}) for d in shape]
                 g = torch.zeros(shape, dtype=dtype, device=device)
             tangents.append(g.contiguous())
-        grads = list(runtime.backward(*ctx.saved_tensors, *tangents))
-        n_inputs = ctx.needs_input_grad.__len__() - 1
+        grads = list(runtime.backward(*ctx.saved_tensors, *tangents, *carry(runtime.bw_carriers, ctx.symbols)))
+        n_inputs = ctx.needs_input_grad.__len__() - 2
         result: list[Any] = [None] * n_inputs
         for index, g in zip(runtime.grad_inputs, grads):
             result[index] = g
-        return (None, *result)
+        return (None, None, *result)

@@ -24,8 +24,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fireclay_autograd.convert import scalar_type, tensor_meta, to_ir_atom
 from fireclay_autograd.decompose import decomposition_for
 from fireclay_autograd.executor import op_name
-from fireclay_autograd.fake import FakeTensor, fake_from, unwrap
-from fireclay_ir import Graph, InputSpec, IRError, ScalarType, Value
+from fireclay_autograd.fake import FakeMode, FakeTensor, fake_like, fake_of_meta, mode_for, sym_atom, value_of
+from fireclay_ir import Graph, InputSpec, IRError, ScalarType, TensorMeta, Value
 
 # Meta keys of the torch-dialect node that are carried over onto every aten node it produces.
 CARRIED_META = ("source", "stack", "module")
@@ -44,24 +44,30 @@ class AtenTracer(TorchDispatchMode):
     ``decompose``: replace non-core ops by their decompositions (see
     :mod:`fireclay_autograd.decompose`). Real tensors met during the trace (constants made by
     ``torch.tensor(...)`` in the user's code) become graph inputs of kind ``constant``; they are
-    listed in :attr:`constants` by name.
+    listed in :attr:`constants` by name. ``mode``: the fake mode (and so the ShapeEnv of
+    symbolic sizes) the trace runs in; a static one by default.
     """
 
-    def __init__(self, graph: Graph, *, decompose: bool = True):
+    def __init__(self, graph: Graph, *, decompose: bool = True, mode: FakeMode | None = None):
         super().__init__()
         self.graph = graph
         self.decompose = decompose
+        self.mode = mode if mode is not None else mode_for()
         self.constants: dict[str, torch.Tensor] = {}
         self._node_meta: dict[str, Any] = {}
         self._constant_fakes: dict[int, FakeTensor] = {}
 
     # -- inputs and context
     def add_input(self, name: str, example: torch.Tensor, spec: InputSpec | None = None,
-                  requires_grad: bool | None = None) -> FakeTensor:
-        """A graph input with the metadata of ``example``, and the fake that stands for it."""
-        fake = fake_from(example, requires_grad=requires_grad)
-        meta = tensor_meta(fake.elem, fake.fake_device).with_(requires_grad=fake.requires_grad)
-        fake.value = self.graph.add_input(name, meta, spec)
+                  requires_grad: bool | None = None, meta: TensorMeta | None = None) -> FakeTensor:
+        """A graph input with the metadata of ``example`` (or of the IR type ``meta``, whose
+        sizes may be symbolic), and the fake that stands for it."""
+        if meta is not None:
+            rg = bool(example.requires_grad if requires_grad is None else requires_grad)
+            fake = fake_of_meta(meta, self.mode, rg)
+        else:
+            fake = fake_like(example, self.mode, requires_grad=requires_grad)
+        fake.value = self.graph.add_input(name, tensor_meta(fake), spec)
         return fake
 
     @contextlib.contextmanager
@@ -77,6 +83,10 @@ class AtenTracer(TorchDispatchMode):
     # -- the mode
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func in _METADATA_QUERIES:
+            # A kernel asking a fake for its sizes (symbolic sizes are answered through the
+            # dispatcher): answered from the meta tensor inside, not recorded.
+            return _answer_query(func, args, kwargs)
         if self.decompose:
             if func._schema.is_mutable:
                 out = self._decompose_mutation(func, args, kwargs)
@@ -111,7 +121,7 @@ class AtenTracer(TorchDispatchMode):
         if fake is None:
             name = f"_const{len(self.constants)}"
             self.constants[name] = t
-            fake = fake_from(t, requires_grad=False)
+            fake = fake_like(t, self.mode, requires_grad=False)
             fake.value = self.graph.add_input(name, tensor_meta(t), InputSpec("constant", name))
             self._constant_fakes[id(t)] = fake
         return fake
@@ -124,9 +134,16 @@ class AtenTracer(TorchDispatchMode):
         if torch.Tag.data_dependent_output in func.tags:
             raise TracingError(f"{name} produces a data-dependent value (like .item() or .tolist()), which a "
                                f"graph cannot hold yet{self._where()}\n  move it out of the compiled region")
-        meta_args, meta_kwargs, device = unwrap(args, kwargs)
+        device = None
         try:
-            out = func(*meta_args, **meta_kwargs)
+            if func._opname in _METADATA_MUTATIONS and args and isinstance(args[0], FakeTensor):
+                # The fake's own sizes cannot change; the meta tensor inside it can, and later
+                # ops read that (functionalization rebinds the value to the view it became).
+                device = args[0].device
+                rest = pytree.tree_map_only(FakeTensor, lambda t: t.meta, args[1:])
+                out = func(args[0].meta, *rest, **kwargs)
+            else:
+                out = self.mode.run(func, args, kwargs)
         except Exception as exc:
             raise TracingError(f"cannot trace {name}: {exc}{self._where()}") from exc
         flat_out = list(out) if isinstance(out, (tuple, list)) else [out]
@@ -136,6 +153,8 @@ class AtenTracer(TorchDispatchMode):
                 types.append(tensor_meta(o, device).with_(requires_grad=False))
             elif o is None:
                 types.append(ScalarType("opaque"))
+            elif isinstance(o, torch.SymInt):
+                types.append(ScalarType("int"))
             elif isinstance(o, (int, float, bool)):
                 raise TracingError(f"{name} produces a data-dependent Python value, which a graph cannot "
                                    f"hold yet{self._where()}; move .item()/.tolist() out of the compiled region")
@@ -148,22 +167,23 @@ class AtenTracer(TorchDispatchMode):
             meta = self._backward_source()
         meta.update({k: v for k, v in self._node_meta.items() if k.startswith("autograd.")})
         node_out = self.graph.call(name, ir_args, ir_kwargs, out=types, meta=meta)
-        wrapped = [self._wrap(func, i, o, v, args, kwargs, device) for i, (o, v) in enumerate(zip(flat_out, node_out))]
+        wrapped = [self._wrap(func, i, o, v, args, kwargs) for i, (o, v) in enumerate(zip(flat_out, node_out))]
         if isinstance(out, tuple):
             return tuple(wrapped)
         if isinstance(out, list):
             return wrapped
         return wrapped[0]
 
-    def _wrap(self, func, index, out, value: Value, args, kwargs, device) -> Any:
+    def _wrap(self, func, index, out, value: Value, args, kwargs) -> Any:
         if not isinstance(out, torch.Tensor):
             return out
         mutated = _mutated_argument(func, index, args, kwargs)
         if mutated is not None:
             return mutated  # an in-place or out= op returns the very tensor it wrote
-        fake = FakeTensor(out, device)
-        fake.value = value
-        return fake
+        if value_of(out) is not None:
+            out = FakeTensor(out.meta, out.device, self.mode)  # a fresh name for a fresh result
+        out.value = value
+        return out
 
     @staticmethod
     def _backward_source() -> dict[str, Any]:
@@ -179,6 +199,38 @@ class AtenTracer(TorchDispatchMode):
         if not src:
             return ""
         return f"\n  at {src.get('file')}:{src.get('line')}: {str(src.get('text', '')).strip()}"
+
+
+_aten = torch.ops.aten
+_METADATA_QUERIES = frozenset(
+    getattr(getattr(_aten, name), overload)
+    for name, overload in (("size", "int"), ("size", "default"), ("sym_size", "int"), ("sym_size", "default"),
+                           ("stride", "int"), ("stride", "default"), ("sym_stride", "int"),
+                           ("sym_stride", "default"), ("numel", "default"), ("sym_numel", "default"),
+                           ("sym_storage_offset", "default"), ("dim", "default"), ("is_contiguous", "default"),
+                           ("is_contiguous", "memory_format"))
+    if hasattr(getattr(_aten, name, None), overload))
+# In-place ops that change only a tensor's sizes or strides.
+_METADATA_MUTATIONS = frozenset({"t_", "transpose_", "unsqueeze_", "squeeze_", "as_strided_"})
+def _answer_query(func, args, kwargs) -> Any:
+    """Sizes, strides and the like of a fake, read off the meta tensor in Python (calling the
+    op itself with symbolic sizes trips an assert in torch's argument parser)."""
+    t = args[0].meta if isinstance(args[0], FakeTensor) else args[0]
+    name, rest = func._opname, list(args[1:]) + list(kwargs.values())
+    if name in ("size", "sym_size"):
+        return t.shape[rest[0]] if rest else tuple(t.shape)
+    if name in ("stride", "sym_stride"):
+        return t.stride()[rest[0]] if rest else tuple(t.stride())
+    if name in ("numel", "sym_numel"):
+        n = 1
+        for d in t.shape:
+            n = n * d
+        return n
+    if name == "sym_storage_offset":
+        return t.storage_offset()
+    if name == "dim":
+        return t.dim()
+    return t.is_contiguous(*rest)
 
 
 # In-place overloads whose functional twin has another overload name.
@@ -202,10 +254,11 @@ def functional_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | N
 
 def _to_ir(x: Any) -> Any:
     if isinstance(x, FakeTensor):
-        if x.value is None:
+        value = value_of(x)
+        if value is None:
             raise IRError("a fake tensor from outside this trace reached the tracer")
-        return x.value
-    return to_ir_atom(x)
+        return value
+    return to_ir_atom(sym_atom(x))
 
 
 def _mutated_argument(func, index: int, args, kwargs) -> Any:

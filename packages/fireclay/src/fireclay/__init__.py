@@ -23,6 +23,7 @@ for _module, _dist in [
 from fireclay import logs  # noqa: E402,F401  (reads FIRECLAY_LOG)
 from fireclay.api import OptimizedModule, compile, reset  # noqa: E402
 from fireclay.backends import BackendNotFound, list_backends, lookup_backend, register_backend  # noqa: E402
+from fireclay.compile_cache import cache_stats, reset_cache_stats  # noqa: E402
 from fireclay.config import Config, config  # noqa: E402
 from fireclay.modes import list_mode_options, list_modes  # noqa: E402
 from fireclay_capture import (  # noqa: E402
@@ -36,7 +37,7 @@ from fireclay_capture import (  # noqa: E402
 )
 
 __all__ = [
-    "BackendNotFound", "Config", "OptimizedModule", "allow_in_graph", "compile", "cond", "config",
+    "BackendNotFound", "Config", "OptimizedModule", "allow_in_graph", "cache_stats", "compile", "cond", "config",
     "disable", "explain", "graph_break", "is_compiling", "list_backends", "list_mode_options",
-    "list_modes", "lookup_backend", "mark_dynamic", "register_backend", "reset",
+    "list_modes", "lookup_backend", "mark_dynamic", "register_backend", "reset", "reset_cache_stats",
 ]

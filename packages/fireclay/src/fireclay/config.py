@@ -38,8 +38,11 @@ class Config:
     # Relative/absolute tolerance used by verify_correctness.
     verify_rtol: float = 1e-4
     verify_atol: float = 1e-5
-    # Where compiled artifacts are cached across processes.
+    # Where compiled artifacts are cached across processes (FIRECLAY_CACHE_DIR; fireclay-cpp's
+    # libraries go in its cpp/ folder, the stages' artifacts in artifacts/).
     cache_dir: str = os.path.join(tempfile.gettempdir(), "fireclay-cache")
+    # Reuse the autograd and loops stages' artifacts from cache_dir across processes.
+    compile_cache: bool = True
     # Write every stage's intermediate program and generated source under this folder ("" = off).
     debug_dir: str = ""
     # Verify the IR at every stage boundary (slower; for debugging the compiler).
@@ -72,6 +75,7 @@ _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 _STAGE_KNOBS: dict[str, tuple[str, str]] = {
     "recompile_limit": ("fireclay_capture.config", "recompile_limit"),
     "automatic_dynamic_shapes": ("fireclay_capture.config", "automatic_dynamic"),
+    "replay_side_effects": ("fireclay_capture.config", "replay_side_effects"),
 }
 
 

@@ -12,6 +12,7 @@ The environment variable ``FIRECLAY_LOG`` turns output on, read when this module
     FIRECLAY_LOG="capture,loops=debug"   # capture at INFO, loops at DEBUG
     FIRECLAY_LOG="+autograd"             # "+stage" is short for stage=debug
     FIRECLAY_LOG="all=info"              # every stage
+    FIRECLAY_LOG="cache"                 # the compile cache: each stage's hit or miss
 
 Items are comma separated: ``STAGE``, ``+STAGE`` or ``STAGE=LEVEL`` where LEVEL is a standard
 level name (debug, info, warning, error). Named stages print to stderr through one handler on
@@ -38,6 +39,9 @@ STAGES: dict[str, str] = {
     "cpp": "fireclay_cpp",
     "triton": "fireclay_triton",
 }
+# Loggers of this package itself, nameable in FIRECLAY_LOG like a stage: "cache" is the compile
+# cache (which stages' artifacts were reused from an earlier process).
+OWN: dict[str, str] = {"cache": "fireclay.cache"}
 ROOT = "fireclay"
 ENV_VAR = "FIRECLAY_LOG"
 
@@ -95,9 +99,9 @@ def parse_spec(spec: str) -> tuple[dict[str, int], list[str]]:
         if level_name not in _LEVELS:
             problems.append(f"{item!r}: unknown level {level_name!r} (use one of {', '.join(sorted(set(_LEVELS) - {'warn'}))})")
             continue
-        names = list(STAGES) if name == "all" else [name]
-        if name != "all" and name not in STAGES:
-            problems.append(f"{item!r}: unknown stage {name!r} (stages: {', '.join(STAGES)}, or all)")
+        names = [*STAGES, *OWN] if name == "all" else [name]
+        if name != "all" and name not in STAGES and name not in OWN:
+            problems.append(f"{item!r}: unknown stage {name!r} (stages: {', '.join([*STAGES, *OWN])}, or all)")
             continue
         for stage in names:
             levels[stage] = _LEVELS[level_name]
@@ -108,6 +112,9 @@ def set_levels(levels: dict[str, int], stream=None) -> None:
     """Set each named stage's level (both logger names) and make sure the output is printed."""
     install()
     for stage, level in levels.items():
+        if stage in OWN:
+            logging.getLogger(OWN[stage]).setLevel(level)
+            continue
         stage_logger(stage).setLevel(level)
         # The package logger decides whether a record is made at all.
         logging.getLogger(STAGES[stage]).setLevel(level)

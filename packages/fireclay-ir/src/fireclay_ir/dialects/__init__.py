@@ -4,7 +4,14 @@ Public surface: :class:`Dialect`, :class:`OpDef`, :class:`Argument`, :class:`Ret
 :func:`get_dialect`, :func:`lookup_op`, :func:`register_dialect`, :func:`register_callable`.
 """
 
-from fireclay_ir.dialects.aten import AtenDialect, core_ops, shipped_ops
+from fireclay_ir.dialects.aten import (
+    AtenDialect,
+    core_aten_ops,
+    core_ops,
+    kept_whole_ops,
+    kept_whole_reasons,
+    shipped_ops,
+)
 from fireclay_ir.dialects.hop import HopDialect
 from fireclay_ir.dialects.registry import (
     NO_DEFAULT,
@@ -24,6 +31,7 @@ register_dialect(AtenDialect())
 register_dialect(HopDialect())
 
 __all__ = [
-    "NO_DEFAULT", "TORCH", "Argument", "Dialect", "OpDef", "Return", "core_ops", "dialects", "get_dialect",
+    "NO_DEFAULT", "TORCH", "Argument", "Dialect", "OpDef", "Return", "core_aten_ops", "core_ops", "dialects",
+    "get_dialect", "kept_whole_ops", "kept_whole_reasons",
     "lookup_op", "register_callable", "register_dialect", "shipped_ops",
 ]

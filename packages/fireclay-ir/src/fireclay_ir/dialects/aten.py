@@ -159,6 +159,73 @@ def core_ops() -> tuple[str, ...]:
     return tuple(f"aten::{n}" for n in _data()["core"])
 
 
+def core_aten_ops() -> tuple[str, ...]:
+    """The core ATen op set (PyTorch's Core ATen IR, from the shipped data): what
+    fireclay-autograd decomposes every other op into, unless the op is in
+    :func:`kept_whole_ops`. The same as :func:`core_ops`."""
+    return core_ops()
+
+
+# Ops outside Core ATen that graphs keep whole, with the reason for each group.
+_KEPT_WHOLE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("functional forms that functionalization itself produces (functional batch norm returns the "
+     "new running statistics)", (
+        "aten::_batch_norm_with_update_functional.default",
+        "aten::_native_batch_norm_legit_functional.default",
+        "aten::copy.default",
+        "aten::alias.default",
+        "aten::zero.default",
+        "aten::fill.Scalar",
+        "aten::fill.Tensor",
+    )),
+    ("fused attention: one extern call; its decomposition returns the attention probabilities where "
+     "the backward op expects the log-sum-exp, so it must not be split", (
+        "aten::_scaled_dot_product_flash_attention_for_cpu.default",
+        "aten::_scaled_dot_product_flash_attention_for_cpu_backward.default",
+        "aten::_scaled_dot_product_efficient_attention.default",
+        "aten::_scaled_dot_product_efficient_attention_backward.default",
+        "aten::_scaled_dot_product_flash_attention.default",
+        "aten::_scaled_dot_product_flash_attention_backward.default",
+    )),
+    ("views: functionalization must see them to follow aliasing, and a kernel compiler turns them "
+     "into index arithmetic", (
+        "aten::view.default",
+        "aten::permute.default",
+        "aten::expand.default",
+        "aten::slice.Tensor",
+        "aten::select.int",
+        "aten::diagonal.default",
+        "aten::as_strided.default",
+        "aten::unsqueeze.default",
+        "aten::squeeze.dim",
+        "aten::squeeze.dims",
+        "aten::split_with_sizes.default",
+    )),
+)
+
+
+def kept_whole_ops() -> tuple[str, ...]:
+    """Ops that fireclay-autograd records whole although they are not core ATen ops (or are,
+    but torch would decompose them):
+
+    * functional forms functionalization produces: ``_batch_norm_with_update_functional``,
+      ``_native_batch_norm_legit_functional``, ``copy``, ``alias``, ``zero``, ``fill.Scalar``,
+      ``fill.Tensor``;
+    * fused attention, forward and backward (``_scaled_dot_product_flash_attention``,
+      ``..._for_cpu``, ``_scaled_dot_product_efficient_attention``): one extern call, and the
+      decomposition's outputs do not match what the backward op expects;
+    * views (``view``, ``permute``, ``expand``, ``slice``, ``select``, ``diagonal``,
+      ``as_strided``, ``unsqueeze``, ``squeeze.dim``/``.dims``, ``split_with_sizes``):
+      functionalization follows aliasing through them, and kernels turn them into indexing.
+    """
+    return tuple(op for _, ops in _KEPT_WHOLE for op in ops)
+
+
+def kept_whole_reasons() -> dict[str, str]:
+    """Each op of :func:`kept_whole_ops` -> why it is kept whole."""
+    return {op: why for why, ops in _KEPT_WHOLE for op in ops}
+
+
 def shipped_ops() -> tuple[str, ...]:
     """Every overload whose schema ships with this package."""
     return tuple(f"aten::{n}" for n in sorted(_data()["ops"]))

@@ -63,6 +63,9 @@ class FakeTensor(torch.Tensor):
         with torch._C.DisableTorchFunctionSubclass():
             if _CUDA_MISSING:
                 _refuse_cuda_autograd(func, args, kwargs or {})
+            operands = _MATMULS.get(func)
+            if operands is not None and not kwargs and len(args) == 2:
+                return matmul(*operands(args))
             return func(*args, **(kwargs or {}))
 
     def __repr__(self, *, tensor_contents=None) -> str:
@@ -74,6 +77,61 @@ class FakeTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         mode = _mode_of(args, kwargs or {})
         return mode.run(func, args, kwargs or {})
+
+
+# torch's C++ matmul (CompositeImplicit, run above autograd) calls numel() on its operands in
+# some versions (2.11), which a tensor with symbolic sizes refuses. Fakes do matmul themselves,
+# in every version, as torch's own algorithm spells it, with sizes kept symbolic.
+_MATMULS = {
+    torch.matmul: lambda args: args,
+    torch.Tensor.matmul: lambda args: args,
+    torch.Tensor.__matmul__: lambda args: args,
+    torch.Tensor.__rmatmul__: lambda args: (args[1], args[0]),
+}
+
+
+def _product(sizes) -> object:
+    n: object = 1
+    for s in sizes:
+        n = n * s
+    return n
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``torch.matmul`` by mm/bmm/reshape/expand, never asking a tensor for its numel."""
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        raise TypeError(f"matmul(): arguments must be tensors, got {type(a).__name__} and {type(b).__name__}")
+    da, db = a.dim(), b.dim()
+    if da == 0 or db == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {da}D and {db}D")
+    if da == 1 and db == 1:
+        return torch.dot(a, b)
+    if da == 2 and db == 1:
+        return torch.mv(a, b)
+    if da == 1 and db == 2:
+        return torch.mm(a.unsqueeze(0), b).squeeze(0)
+    if da == 2 and db == 2:
+        return torch.mm(a, b)
+    if da >= 3 and db <= 2:
+        # Fold a's batch dims into its rows: one mm.
+        lead = list(a.shape[:-1])
+        b2 = b.unsqueeze(-1) if db == 1 else b
+        out = torch.mm(a.reshape(_product(lead), a.shape[-1]), b2)
+        return out.view(lead) if db == 1 else out.view(lead + [b2.shape[-1]])
+    # Batched: broadcast the batch dims, one bmm, then drop the dims 1-D operands gained.
+    a2 = a.unsqueeze(0) if da == 1 else a
+    b2 = b.unsqueeze(-1) if db == 1 else b
+    n, k, p = a2.shape[-2], a2.shape[-1], b2.shape[-1]
+    batch = list(torch.broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2])))
+    count = _product(batch)
+    a3 = a2.expand(batch + [n, k]).reshape(count, n, k)
+    b3 = b2.expand(batch + [b2.shape[-2], p]).reshape(count, b2.shape[-2], p)
+    out = torch.bmm(a3, b3).view(batch + [n, p])
+    if da == 1:
+        out = out.squeeze(-2)
+    if db == 1:
+        out = out.squeeze(-1)
+    return out
 
 
 # On a torch built without CUDA, autograd's bookkeeping for a "cuda" tensor that requires grad
@@ -240,6 +298,12 @@ class FakeMode(TorchDispatchMode):
         except NotImplementedError as e:
             return self._decompose_or_fail(func, args, kwargs, e)
         except RuntimeError as e:
+            if python_meta is not None and "INTERNAL ASSERT" in str(e):
+                # A Python meta kernel whose inner ops (narrow, ...) reach the dispatcher with
+                # SymInts backed by Python nodes trips torch's argument parser; run it over the
+                # fakes instead, so those inner ops come back to this mode.
+                with self:
+                    return python_meta(*args, **kwargs)
             if "meta" in str(e).lower() and ("not implemented" in str(e).lower() or "could not run" in str(e).lower()):
                 return self._decompose_or_fail(func, args, kwargs, e)
             raise

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from fireclay_autograd import aot_backend, interpreter_backend
+from fireclay.compile_cache import AutogradArtifactCache, scheduled_program
+from fireclay.config import config
+from fireclay_autograd import aot_backend, compile_program, interpreter_backend
 from fireclay_capture.backends import eager as _capture_eager
 from fireclay_ir import Program
 
@@ -26,23 +31,71 @@ def aot_eager(program: Program, example_inputs: list) -> Compiled:
     return aot_backend(interpreter_backend, interpreter_backend)(program, example_inputs)
 
 
-def _codegen_compiler(program: Program, example_inputs: list) -> Compiled:
-    """Generate code for one aten graph: Triton for CUDA tensors, C++ for CPU tensors."""
+def _codegen_compiler(program: Program, example_inputs: list, options: dict[str, Any] | None = None,
+                      artifacts: AutogradArtifactCache | None = None) -> Compiled:
+    """Generate code for one aten graph: Triton for CUDA tensors, C++ for CPU tensors. The
+    scheduled loop program comes from the compile cache when an earlier process made it."""
+    options = options or {}
     devices = {str(getattr(x, "device", "cpu")).split(":")[0] for x in example_inputs}
+    origin = artifacts.origin(program) if artifacts is not None else None
+    scheduled = scheduled_program(program, example_inputs, origin)
     if "cuda" in devices:
-        from fireclay_triton import compile_program as compile_for_gpu
+        return _for_gpu(scheduled, example_inputs, options)
+    import fireclay_cpp
 
-        return compile_for_gpu(program, example_inputs)
-    from fireclay_cpp import compile_program as compile_for_cpu
+    if options.get("cudagraphs"):
+        _note_once("cudagraphs", "fireclay: option cudagraphs (mode reduce-overhead / max-autotune) applies to CUDA "
+                                 "tensors only; these graphs run on the CPU, so it changes nothing here")
+    if options.get("max_autotune"):
+        _note_once("max_autotune_cpu", "fireclay: option max_autotune has no effect on CPU tensors: fireclay-cpp "
+                                       "generates one variant per kernel and has nothing to search")
+    cfg = dataclasses.replace(fireclay_cpp.config, cache_dir=config.cache_dir)
+    return fireclay_cpp.compile_program(scheduled, example_inputs, cfg=cfg)
 
-    return compile_for_cpu(program, example_inputs)
+
+def _for_gpu(scheduled: Any, example_inputs: list, options: dict[str, Any]) -> Compiled:
+    import fireclay_triton
+
+    cfg = dataclasses.replace(fireclay_triton.config, cache_dir=config.cache_dir)
+    kwargs: dict[str, Any] = {}
+    if options.get("max_autotune"):
+        if _accepts(fireclay_triton.compile_program, "max_autotune"):
+            kwargs["max_autotune"] = True
+        else:
+            _note_once("max_autotune_gpu", "fireclay: this fireclay-triton has no max_autotune; option ignored")
+    compiled = fireclay_triton.compile_program(scheduled, example_inputs, cfg=cfg, **kwargs)
+    if options.get("cudagraphs"):
+        cudagraphify = getattr(fireclay_triton, "cudagraphify", None)
+        if cudagraphify is None:
+            _note_once("cudagraphs_gpu", "fireclay: this fireclay-triton has no cudagraphify; option cudagraphs ignored")
+        else:
+            compiled = cudagraphify(compiled, list(example_inputs))
+    return compiled
 
 
-def _codegen_or_interpreter(program: Program, example_inputs: list) -> Compiled:
+def _accepts(fn: Callable[..., Any], keyword: str) -> bool:
+    try:
+        return keyword in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+_noted: set[str] = set()
+
+
+def _note_once(topic: str, message: str) -> None:
+    """Log ``message`` at INFO the first time ``topic`` comes up in this process."""
+    if topic not in _noted:
+        _noted.add(topic)
+        log.info(message)
+
+
+def _codegen_or_interpreter(program: Program, example_inputs: list, options: dict[str, Any] | None = None,
+                            artifacts: AutogradArtifactCache | None = None) -> Compiled:
     """Code generation for one aten graph; if it fails, that graph runs in the interpreter (a
     warning says why), so a gap in code generation costs speed, never a wrong answer."""
     try:
-        return _codegen_compiler(program, example_inputs)
+        return _codegen_compiler(program, example_inputs, options, artifacts)
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
         log.warning("fireclay: code generation failed for an aten graph (%s: %s); running it in the "
@@ -50,6 +103,11 @@ def _codegen_or_interpreter(program: Program, example_inputs: list) -> Compiled:
         return interpreter_backend(program, example_inputs)
 
 
-def fireclay(program: Program, example_inputs: list) -> Compiled:
-    """The whole pipeline: autograd → loops → cpp (CPU) or triton (CUDA)."""
-    return aot_backend(_codegen_or_interpreter, _codegen_or_interpreter)(program, example_inputs)
+def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | None = None) -> Compiled:
+    """The whole pipeline: autograd → loops → cpp (CPU) or triton (CUDA). ``options`` are the
+    compile mode's (``cudagraphs``, ``max_autotune``: see ``fireclay.list_mode_options``).
+    The autograd and loops stages' artifacts are reused across processes (fireclay.compile_cache)."""
+    artifacts = AutogradArtifactCache(program, example_inputs)
+    codegen = functools.partial(_codegen_or_interpreter, options=dict(options or {}), artifacts=artifacts)
+    return compile_program(program, example_inputs, fw_compiler=codegen, bw_compiler=codegen,
+                           artifact_cache=artifacts)

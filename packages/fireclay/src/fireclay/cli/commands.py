@@ -119,24 +119,10 @@ def cmd_loops(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     scheduled = fireclay_loops.schedule(fireclay_loops.lower(program))
     elapsed = time.perf_counter() - start
-    _save(carry_weights(program, fireclay_loops.to_program(scheduled)), args.output)
+    _save(fireclay_loops.to_program(scheduled), args.output)  # keeps weights and input kinds
     print(scheduled.report())
     print(f"loops took {elapsed * 1e3:.1f} ms")
     return 0
-
-
-def carry_weights(aten: ir.Program, loops: ir.Program) -> ir.Program:
-    """Keep the aten program's parameters and buffers with the loops program (to_program makes
-    every input a user input), so that `fireclay run` can bind them as it does for aten."""
-    source, target = aten.main, loops.main
-    if len(source.inputs) != len(target.inputs):
-        return loops
-    for i, spec in enumerate(source.input_specs):
-        if spec.kind != "user":
-            target.input_specs[i] = spec
-            if spec.target in aten.weights:
-                loops.weights[spec.target] = aten.weights[spec.target]
-    return loops
 
 
 def _codegen(args: argparse.Namespace, backend: str) -> int:
@@ -208,5 +194,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             source = program
     write_report(source, args.output)
+    if not isinstance(source, ir.Program):
+        from fireclay.report import as_events, summary
+
+        print(summary(as_events(source)))
     print(f"wrote {args.output}")
     return status

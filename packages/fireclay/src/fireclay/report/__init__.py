@@ -27,7 +27,7 @@ from fireclay.report.events import (
     Recompile,
     StageTime,
 )
-from fireclay.report.page import render
+from fireclay.report.page import render, summary
 from fireclay_ir import Program
 
 
@@ -54,5 +54,5 @@ def write_report(source: Any, path: str | os.PathLike) -> str:
 
 __all__ = [
     "CompileEvents", "GraphBreak", "GraphEntry", "GuardEntry", "KernelEntry", "Recompile", "Recorder",
-    "StageTime", "as_events", "describe_inputs", "inspect_program", "recording", "render", "write_report",
+    "StageTime", "as_events", "describe_inputs", "inspect_program", "recording", "render", "summary", "write_report",
 ]

@@ -14,9 +14,12 @@ made inside it go through a recorder (used by ``fireclay report SCRIPT.py``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import re
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -115,13 +118,51 @@ def guard_changes(before: Any, after: Any) -> list[str]:
     return sorted(changes)
 
 
+# Capture's own time per frame. fireclay-capture has no timing hook, so while a Recorder is alive
+# each capture is timed around CapturedFunction._capture, less the backend time spent inside it
+# (the recorded backends add theirs to _timing.backend).
+_live_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+_timing = threading.local()
+
+
+def _install_capture_timer() -> None:
+    from fireclay_capture.api import CapturedFunction
+
+    original = CapturedFunction._capture
+    if getattr(original, "_fireclay_report_timer", False):
+        return
+
+    @functools.wraps(original)
+    def timed_capture(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not _live_recorders or getattr(_timing, "depth", 0):  # nested: a retry on fake tensors
+            return original(self, *args, **kwargs)
+        _timing.depth, _timing.backend = 1, 0.0
+        start = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            seconds = time.perf_counter() - start - _timing.backend
+            _timing.depth = 0
+            name = getattr(getattr(self, "code", None), "co_qualname", "frame")
+            for recorder in list(_live_recorders):
+                recorder._events.time("capture", seconds, f"{name}: bytecode interpretation and guards")
+
+    timed_capture._fireclay_report_timer = True  # type: ignore[attr-defined]
+    CapturedFunction._capture = timed_capture
+
+
 class Recorder:
     """Records what ``fireclay.compile`` does; ``recorder.events()`` gives the report's data."""
 
     def __init__(self, inspect_stages: bool = True, title: str = "fireclay compile report"):
+        from fireclay.compile_cache import cache_stats
+
         self.inspect_stages = inspect_stages
         self._events = CompileEvents(title=title)
         self._compiled: list[tuple[str, Any, dict[int, str]]] = []  # (label, CapturedFunction, inputs by program)
+        self._cache_at_start = cache_stats()
+        _install_capture_timer()
+        _live_recorders.add(self)
 
     def compile(self, model: Any = None, *, backend: Any = "fireclay", **kwargs: Any):
         """``fireclay.compile`` with recording; same arguments and result."""
@@ -156,7 +197,9 @@ class Recorder:
             shown = f"{label} → {function}" if function.startswith("resume") else label
             start = time.perf_counter()
             compiled = real(program, example_inputs, options=options) if takes_options else real(program, example_inputs)
-            self._events.time(f"backend {name}", time.perf_counter() - start, f"{shown} #{index}")
+            seconds = time.perf_counter() - start
+            _timing.backend = getattr(_timing, "backend", 0.0) + seconds
+            self._events.time(f"backend {name}", seconds, f"{shown} #{index}")
             if self.inspect_stages:
                 inspect_program(program, list(example_inputs), self._events, f"{shown} #{index}")
             else:
@@ -181,9 +224,10 @@ class Recorder:
                             "cannot trace it; breaks that split a frame into several graphs are not recorded.")
         if not self._compiled:
             ev.not_recorded["guards"] = "no fireclay.compile call was recorded"
-        ev.not_recorded["capture_time"] = ("capture's own time (fireclay.compile has no hook for it yet; "
-                                           "the first call's time includes it)")
-        ev.time_notes = ["'backend NAME' is the time the chosen backend took to prepare each graph (some "
+        ev.cache = _stats_since(self._cache_at_start)
+        ev.time_notes = ["'capture' is the time spent capturing each frame: interpreting its bytecode and "
+                         "building its guards (the backend's time excluded).",
+                         "'backend NAME' is the time the chosen backend took to prepare each graph (some "
                          "backends compile lazily, at the first call)."]
         if self.inspect_stages:
             ev.time_notes.append("autograd, loops, cpp and triton times come from the report's own pass over "
@@ -215,6 +259,14 @@ class Recorder:
                 changed = guard_changes(cache.entries[i - 1].guards, entry.guards)
                 why = "; ".join(changed) if changed else f"no earlier entry's guards accepted {inputs}"
                 ev.recompiles.append(Recompile(label, i, f"{why} (inputs {inputs})"))
+
+
+def _stats_since(before: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The compile cache's counts since ``before`` (a ``cache_stats()`` snapshot)."""
+    from fireclay.compile_cache import cache_stats
+
+    now = cache_stats()
+    return {stage: {k: v - before.get(stage, {}).get(k, 0) for k, v in counts.items()} for stage, counts in now.items()}
 
 
 def _capture_splits_frames() -> bool:

@@ -75,6 +75,8 @@ class CompileEvents:
     not_recorded: dict[str, str] = field(default_factory=dict)  # section -> why
     notes: list[str] = field(default_factory=list)
     time_notes: list[str] = field(default_factory=list)  # how the times were measured
+    # The compile cache during the compile: stage -> hits, misses, stored, corrupt, ... (empty: not recorded)
+    cache: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def time(self, stage: str, seconds: float, note: str = "") -> None:
         self.stage_times.append(StageTime(stage, seconds, note))

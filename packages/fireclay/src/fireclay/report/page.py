@@ -76,9 +76,7 @@ def _pre(text: str) -> str:
 def _times(events: CompileEvents) -> str:
     if not events.stage_times:
         return _not_recorded(events, "stage_times") or "<p>No stage ran.</p>"
-    total: dict[str, float] = {}
-    for t in events.stage_times:
-        total[t.stage] = total.get(t.stage, 0.0) + t.seconds
+    total = {stage: seconds for stage, (seconds, _) in stage_totals(events).items()}
     longest = max(total.values()) or 1.0
     rows = "".join(f'<tr><td>{escape(s)}</td><td>{sec * 1e3:.1f} ms</td>'
                    f'<td style="width:320px"><div class="bar" style="width:{100 * sec / longest:.1f}%"></div></td></tr>'
@@ -87,7 +85,44 @@ def _times(events: CompileEvents) -> str:
                      for t in events.stage_times)
     notes = "".join(f"<p>{escape(n)}</p>" for n in events.time_notes) + _not_recorded(events, "capture_time")
     return (f"<table><tr><th>stage</th><th>total</th><th></th></tr>{rows}</table>{notes}"
-            f"<details><summary>each step</summary><table>{detail}</table></details>")
+            f"<details><summary>each step</summary><table>{detail}</table></details>{_cache(events)}")
+
+
+def stage_totals(events: CompileEvents) -> dict[str, tuple[float, int]]:
+    """stage -> (seconds, number of steps), in the order the stages first ran."""
+    totals: dict[str, tuple[float, int]] = {}
+    for t in events.stage_times:
+        seconds, count = totals.get(t.stage, (0.0, 0))
+        totals[t.stage] = (seconds + t.seconds, count + 1)
+    return totals
+
+
+def _cache(events: CompileEvents) -> str:
+    if not events.cache:
+        return ""
+    rows = "".join(f'<tr class="cache-stage" data-stage="{escape(stage)}"><td>{escape(stage)}</td>'
+                   f"<td>{c.get('hits', 0)}</td><td>{c.get('misses', 0)}</td><td>{c.get('stored', 0)}</td>"
+                   f"<td>{c.get('corrupt', 0)}</td><td>{c.get('load_seconds', 0) * 1e3:.1f} ms</td>"
+                   f"<td>{c.get('build_seconds', 0) * 1e3:.1f} ms</td></tr>"
+                   for stage, c in events.cache.items())
+    return ("<h3>Compile cache</h3><p>Artifacts reused from earlier processes (config.cache_dir): a hit skips "
+            "the stage.</p><table><tr><th>stage</th><th>hits</th><th>misses</th><th>stored</th><th>corrupt, "
+            f"rebuilt</th><th>loading hits</th><th>building misses</th></tr>{rows}</table>")
+
+
+def summary(events: CompileEvents) -> str:
+    """A few lines for a terminal: time per stage (capture included) and the compile cache."""
+    lines = ["Time per stage:"]
+    for stage, (seconds, count) in stage_totals(events).items():
+        lines.append(f"  {stage:<22} {seconds * 1e3:9.1f} ms  ({count} step{'s' if count != 1 else ''})")
+    if len(lines) == 1:
+        lines.append("  (no stage ran)")
+    if events.cache:
+        parts = [f"{stage} {c.get('hits', 0)} hit(s), {c.get('misses', 0)} miss(es)"
+                 + (f", {c['corrupt']} corrupt entr(ies) rebuilt" if c.get("corrupt") else "")
+                 for stage, c in events.cache.items()]
+        lines.append("Compile cache: " + "; ".join(parts))
+    return "\n".join(lines)
 
 
 def _graphs(events: CompileEvents) -> str:

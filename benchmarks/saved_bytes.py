@@ -1,22 +1,30 @@
-"""Bytes the forward keeps for the backward, per model: our min-cut partitioner, the naive
-"save every intermediate the backward reads", and AOTAutograd's default (min-cut) partitioner
-as the baseline.
+"""Bytes the forward keeps for the backward, per model: fireclay-autograd's min-cut
+partitioner, the naive "save every intermediate the backward reads", and AOTAutograd's default
+(min-cut) partitioner as the baseline.
 
-    python packages/fireclay-autograd/benchmarks/saved_bytes.py
+    python -m benchmarks.saved_bytes            (from the repository root)
 
-Programs are made with torch.fx (the test helper), standing in for fireclay-capture.
+Prints the table and writes ``benchmarks/results/saved-bytes-<YYYYmmdd-HHMM>.md`` and ``.json``.
+Programs are made with torch.fx (fireclay-autograd's test helper), standing in for
+fireclay-capture, so that the three partitioners see the same graph.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
-import pathlib
+import datetime
+import json
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
+from benchmarks.report import environment
+from benchmarks.runner import REPO_ROOT
+
+sys.path.insert(0, os.path.join(str(REPO_ROOT), "packages", "fireclay-autograd", "tests"))
 
 from fx_programs import BatchNorm2d, program_from  # noqa: E402
 from test_transformer_training import GPT2, SEQ, VOCAB, Llama  # noqa: E402
@@ -104,8 +112,8 @@ def aot_autograd_saved_bytes(model: torch.nn.Module, x: torch.Tensor) -> int:
     return found[0]
 
 
-def main() -> None:
-    print(f"{'model':<18}{'min-cut (ours)':>16}{'save-all':>12}{'AOTAutograd':>14}  recomputed")
+def measure() -> list[dict]:
+    rows = []
     for name, (cls, shape) in MODELS.items():
         torch.manual_seed(0)
         model = cls()
@@ -113,12 +121,57 @@ def main() -> None:
         ours = aot_graphs(program_from(copy.deepcopy(model), [x]), [x])
         naive = aot_graphs(program_from(copy.deepcopy(model), [x]), [x], partitioner="save_all")
         try:
-            baseline = f"{aot_autograd_saved_bytes(copy.deepcopy(model), x):,}"
+            baseline: int | str = aot_autograd_saved_bytes(copy.deepcopy(model), x)
         except Exception as exc:  # the baseline is optional: report why it is missing
             baseline = f"n/a ({type(exc).__name__})"
-        recomputed = sorted({op.split("::")[1] for op in ours.partition.recomputed})
-        print(f"{name:<18}{ours.partition.saved_bytes:>16,}{naive.partition.saved_bytes:>12,}{baseline:>14}  "
-              f"{', '.join(recomputed)}")
+        rows.append({
+            "model": name, "input_shape": list(x.shape), "ours": ours.partition.saved_bytes,
+            "save_all": naive.partition.saved_bytes, "aot_autograd": baseline,
+            "recomputed": sorted({op.split("::")[1] for op in ours.partition.recomputed}),
+        })
+    return rows
+
+
+def _bytes(v: int | str) -> str:
+    return f"{v:,}" if isinstance(v, int) else v
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = [
+        "# Bytes saved for the backward",
+        "",
+        f"{meta['date']}, {meta['environment']['cpu']}, torch {meta['environment']['versions']['torch']}. "
+        "Lower is better; `save all` keeps every forward value the backward reads.",
+        "",
+        "| model | input | ours (min-cut) | save all | AOTAutograd | ours / AOTAutograd | recomputed in the backward |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        ratio = f"{r['ours'] / r['aot_autograd']:.2f}" if isinstance(r["aot_autograd"], int) else "n/a"
+        lines.append(f"| {r['model']} | {r['input_shape']} | {_bytes(r['ours'])} | {_bytes(r['save_all'])} | "
+                     f"{_bytes(r['aot_autograd'])} | {ratio} | {', '.join(r['recomputed'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(str(REPO_ROOT), "benchmarks", "results"),
+                        help="output directory (default benchmarks/results/)")
+    args = parser.parse_args(argv)
+    now = datetime.datetime.now()
+    meta = {"date": now.strftime("%Y-%m-%d %H:%M"), "environment": environment("cpu")}
+    rows = measure()
+    print(f"{'model':<18}{'min-cut (ours)':>16}{'save-all':>12}{'AOTAutograd':>14}  recomputed")
+    for r in rows:
+        print(f"{r['model']:<18}{_bytes(r['ours']):>16}{_bytes(r['save_all']):>12}{_bytes(r['aot_autograd']):>14}  "
+              f"{', '.join(r['recomputed'])}")
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"saved-bytes-{now.strftime('%Y%m%d-%H%M')}")
+    with open(stem + ".json", "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=2)
+    with open(stem + ".md", "w") as f:
+        f.write(markdown(rows, meta))
+    print(f"wrote {stem}.md and {stem}.json")
 
 
 if __name__ == "__main__":
