@@ -182,3 +182,52 @@ def test_max_autotune_matches_eager_and_caches_apart(fn, inputs, atol, rtol, tmp
             torch.testing.assert_close(g, w, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))
     keys = json.loads((tmp_path / "triton" / "autotune.json").read_text())
     assert keys and all("/max/" in k for k in keys)
+
+
+# -- compiling ahead (fireclay_triton.precompile)
+
+
+@pytest.mark.parametrize("fn,inputs,atol,rtol", [p for p in PROGRAMS if p.id in (
+    "softmax_rows_3000", "sum_over_outer_dim", "pointwise_transposed", "residual_norm_gelu", "var_mean_3001")])
+def test_first_call_compiles_nothing_after_compiling_ahead(fn, inputs, atol, rtol, tmp_path, monkeypatch):
+    knobs = pytest.importorskip("triton.knobs")
+    lazy_compiles = []
+
+    def record(**kw):
+        if not kw.get("is_manual_warmup"):
+            lazy_compiles.append(kw.get("repr"))
+        return False  # compile as usual
+
+    b, program, tensors = build_program(fn, inputs, "cuda")
+    ahead = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path / "a"), autotune=True))
+    report = ahead.precompile_report
+    assert report is not None and report.jobs >= len(ahead.kernels) and not report.failures
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", record)
+    got = ahead(*tensors)
+    assert lazy_compiles == []  # every launch of the first call (autotuning included) was compiled ahead
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", None)
+    lazy = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path / "b"), autotune=True,
+                                                        precompile=False))
+    assert lazy.precompile_report is None
+    for g, want_lazy, want in zip(got, lazy(*tensors), b.eager(*tensors)):
+        torch.testing.assert_close(g, want, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))
+        torch.testing.assert_close(g, want_lazy, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))
+
+
+def test_a_kernel_that_fails_to_compile_ahead_is_reported_not_raised(tmp_path):
+    from target_compile_worker import BROKEN
+
+    from fireclay_triton.precompile import CompileJob, precompile_on_device
+    from fireclay_triton.runtime import load_module
+
+    module, _ = load_module(BROKEN, str(tmp_path))
+    fn, inputs, _, _ = PROGRAMS[0].values
+    _, program, tensors = build_program(fn, inputs, "cuda")
+    good = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path), precompile=False))
+    from fireclay_triton.api import program_compile_jobs
+    jobs = program_compile_jobs(good, torch.cuda.get_device_name())
+    jobs.append(CompileJob("broken_kernel", module.broken_kernel, (torch.float32, 100),
+                           (("XBLOCK", 128), ("num_stages", 1), ("num_warps", 4))))
+    report = precompile_on_device(jobs)
+    assert len(report.failures) == 1 and report.failures[0].startswith("broken_kernel")
+    assert report.jobs == len(jobs)

@@ -9,6 +9,9 @@
   (what ``compile_program(..., max_autotune=True)`` asks for one program);
 * ``FIRECLAY_TRITON_PERSISTENT_LIMIT``: the longest reduction done in one tile (default 16384:
   on an H200 a 16384-point softmax row ran at 90% of copy bandwidth in one tile, 62% looped);
+* ``FIRECLAY_TRITON_PRECOMPILE``: ``0`` leaves every kernel to compile lazily at its first launch
+  (default: compiled at ``compile_program`` time, in parallel, on
+  ``FIRECLAY_TRITON_COMPILE_THREADS`` threads, default the CPU count);
 * ``TRITON_INTERPRET=1`` (Triton's own, read when triton is imported): run kernels on CPU
   tensors in Triton's interpreter; math is then spelt without libdevice.
 """
@@ -39,6 +42,7 @@ class Config:
     dump_dir: str | None = None  # None: FIRECLAY_TRITON_DUMP (default: no dump)
     persistent_limit: int | None = None
     max_autotune: bool | None = None  # None: FIRECLAY_TRITON_MAX_AUTOTUNE (default off)
+    precompile: bool | None = None  # None: FIRECLAY_TRITON_PRECOMPILE (default on)
 
     def resolved_cache_dir(self) -> str:
         base = self.cache_dir or os.environ.get("FIRECLAY_CACHE_DIR") or os.path.join(
@@ -58,6 +62,11 @@ class Config:
         if self.max_autotune is not None:
             return self.max_autotune
         return os.environ.get("FIRECLAY_TRITON_MAX_AUTOTUNE", "0") not in ("", "0")
+
+    def resolved_precompile(self) -> bool:
+        if self.precompile is not None:
+            return self.precompile
+        return os.environ.get("FIRECLAY_TRITON_PRECOMPILE", "1") != "0"
 
     def resolved_dump_dir(self) -> str | None:
         return self.dump_dir or os.environ.get("FIRECLAY_TRITON_DUMP") or None

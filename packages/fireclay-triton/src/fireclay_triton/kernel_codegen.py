@@ -442,7 +442,7 @@ class _KernelGen:
         """Triton text of an index expression, the indirect values it reads, and its block axes."""
         expr = sympy.sympify(expr)
         deps, dims = [], set()
-        for s in expr.free_symbols:
+        for s in sorted(expr.free_symbols, key=lambda s: s.name):  # one text in every process
             if s.name in self.xnames:
                 dims.add("x")
             elif s.name in self.rnames:

@@ -14,6 +14,7 @@ import torch
 from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, next_pow2, tuning_key
 from fireclay_triton.config import interpreting
 from fireclay_triton.errors import InputError, TritonBackendError
+from fireclay_triton.precompile import CompileJob, launch_options
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
@@ -74,6 +75,17 @@ def aten_op(name: str) -> Callable:
         return getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
     except AttributeError as e:
         raise TritonBackendError(f"extern call to {name}: torch {torch.__version__} has no such operator") from e
+
+
+def split_shape(cfg: LaunchConfig, numel: int, rnumel: int, sms: int) -> tuple[int, int, int]:
+    """A split reduction's chunk count, chunk length and finishing block: enough chunks for
+    about four programs per SM (at most 64), each a whole number of tiles."""
+    programs = max(1, -(-numel // cfg.XBLOCK))
+    nsplit = max(1, min(64, -(-4 * sms // programs), -(-rnumel // cfg.RBLOCK)))
+    per_split = -(-rnumel // nsplit)
+    chunk = -(-per_split // cfg.RBLOCK) * cfg.RBLOCK
+    nsplit = -(-rnumel // chunk)
+    return nsplit, chunk, (32 if nsplit > 32 else 64)
 
 
 def load_module(source: str, folder: str):
@@ -147,19 +159,55 @@ class Launcher:
                           num_stages=cfg.num_stages)
 
     def _run_split(self, cfg: LaunchConfig, args: tuple, numel: int, rnumel: int, programs: int) -> None:
-        """Enough chunks of the reduction for about four programs per SM (at most 64 chunks)."""
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
         if not self._sms:
             self._sms = 8 if self.interpret else torch.cuda.get_device_properties(device).multi_processor_count
-        nsplit = max(1, min(64, -(-4 * self._sms // programs), -(-rnumel // cfg.RBLOCK)))
-        per_split = -(-rnumel // nsplit)
-        chunk = -(-per_split // cfg.RBLOCK) * cfg.RBLOCK  # whole tiles per chunk
-        nsplit = -(-rnumel // chunk)
+        nsplit, chunk, fx = split_shape(cfg, numel, rnumel, self._sms)
         ws = torch.empty(self.partials * nsplit * numel, dtype=torch.float32, device=device)
         self.fn[(programs, nsplit)](*args, ws, chunk, numel, rnumel, XBLOCK=cfg.XBLOCK, RBLOCK=cfg.RBLOCK,
                                     num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        fx = 32 if nsplit > 32 else 64
         self.finisher[(-(-numel // fx),)](*args, ws, nsplit, numel, XBLOCK=fx, NSPLIT=next_pow2(nsplit), num_warps=4)
+
+    def planned_configs(self, numel: int, rnumel: int, device_name: str | None) -> list[LaunchConfig]:
+        """The configs the first call at these sizes launches: the one already chosen or cached on
+        disk (``device_name`` None: the disk cache is not consulted), else every candidate the
+        autotuner will time, else the heuristic choice."""
+        found = self.chosen.get((numel, rnumel))
+        if found is not None:
+            return [found]
+        options = candidates(self.kind, numel, rnumel, self.interpret, self.columns, self.max_autotune)
+        if not (self.autotune and len(options) > 1):
+            return options[:1]
+        if device_name is not None:
+            cached = self.cache.get(self._key(numel, rnumel, device_name))
+            if cached is not None:
+                return [cached]
+        return options
+
+    def compile_jobs(self, args: tuple, numel: int, rnumel: int, device_name: str | None,
+                     sms: int) -> list[CompileJob]:
+        """Every launch the first call at these sizes makes, as jobs to compile ahead. ``args``:
+        the kernel's own arguments as ``CompileJob.args`` describes them."""
+        if numel == 0:
+            return []
+        jobs = []
+        for cfg in self.planned_configs(numel, rnumel, device_name):
+            opts = launch_options(cfg, self.kind)
+            if self.kind == "pointwise":
+                jobs.append(CompileJob(self.name, self.fn, (*args, numel), opts))
+            elif self.kind != "split":
+                jobs.append(CompileJob(self.name, self.fn, (*args, numel, rnumel), opts))
+            else:
+                nsplit, chunk, fx = split_shape(cfg, numel, rnumel, sms)
+                ws = torch.float32
+                jobs.append(CompileJob(self.name, self.fn, (*args, ws, chunk, numel, rnumel), opts))
+                finish = (("NSPLIT", next_pow2(nsplit)), ("XBLOCK", fx), ("num_warps", 4))
+                jobs.append(CompileJob(self.name + "_finish", self.finisher, (*args, ws, nsplit, numel), finish))
+        return jobs
+
+    def _key(self, numel: int, rnumel: int, device_name: str) -> str:
+        return tuning_key(self.source_hash + self.name + ("/max" if self.max_autotune else ""), numel, rnumel,
+                          device_name)
 
     def config_for(self, args: tuple, numel: int, rnumel: int) -> LaunchConfig:
         found = self.chosen.get((numel, rnumel))
@@ -169,8 +217,7 @@ class Launcher:
         cfg = options[0]
         if self.autotune and len(options) > 1:
             device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cuda"))
-            key = tuning_key(self.source_hash + self.name + ("/max" if self.max_autotune else ""), numel, rnumel,
-                             torch.cuda.get_device_name(device))
+            key = self._key(numel, rnumel, torch.cuda.get_device_name(device))
             cfg = self.cache.get(key) or self._tune(options, args, numel, rnumel, key)
         self.chosen[(numel, rnumel)] = cfg
         return cfg
@@ -209,6 +256,9 @@ class CompiledProgram:
         self.kernels = kernels
         self.launchers = launchers
         self._call = call
+        # what compiling the kernels ahead did (a precompile.PrecompileReport; None when nothing
+        # was compiled ahead: the interpreter, no GPU, or FIRECLAY_TRITON_PRECOMPILE=0)
+        self.precompile_report = None
 
     def __call__(self, *inputs: Any) -> tuple:
         if len(inputs) != len(self.scheduled.program.inputs):

@@ -1,0 +1,145 @@
+"""Cold and warm compile time of a few models, fireclay (and with ``--inductor`` torch.compile).
+
+    python packages/fireclay-triton/scripts/compile_time.py [--models bert,mlp,cnn_bn] [--inductor]
+
+Every measurement runs in a fresh subprocess. *Cold*: every cache folder (FIRECLAY_CACHE_DIR,
+TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR) new and empty; *warm*: a second process on the
+folders the cold one filled.
+
+On a CUDA GPU the time is end to end: the first call of the compiled model in inference mode
+(capture, autograd, loops, Triton code generation, compiling every kernel and every autotuning
+config, autotuning, one run), like benchmarks/ "first compile s". Without a GPU only our part can
+be measured: the models' Triton kernels (every config the first call would try) compiled for an
+sm_90 target (``triton.compile`` with its bundled ptxas); the model itself runs in fireclay's
+interpreter. The ``ahead`` columns are the seconds spent compiling kernels ahead (wall clock, on
+``threads`` workers) and the number of kernel/config compilations; ``--pools threads,processes``
+measures fireclay with each compile pool (``FIRECLAY_TRITON_COMPILE_POOL``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))  # the repository: benchmarks/ holds the models
+CACHE_ENV = ("FIRECLAY_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def _child(model: str, backend: str, preset: str, threads: int | None) -> dict:
+    """One measurement, in this (fresh) process; returns what the parent prints."""
+    sys.path.insert(0, ROOT)
+    import torch
+
+    from benchmarks.measure import Step, fresh_copy, timed
+    from benchmarks.models import get_model
+
+    gpu = torch.cuda.is_available()
+    if threads:
+        os.environ["FIRECLAY_TRITON_COMPILE_THREADS"] = str(threads)
+    built = get_model(model).build(preset)
+    device = "cuda" if gpu else "cpu"
+    inputs = built.inputs(1, device)
+    module = fresh_copy(built.module, device)
+    if backend == "inductor":
+        compiled = torch.compile(module)
+    else:
+        import fireclay
+
+        compiled = fireclay.compile(module) if gpu else fireclay.compile(module, backend=_target_only_backend())
+    step = Step(compiled, module, "inference")
+    seconds, _ = timed(lambda: step(inputs), device)
+    from fireclay_triton import precompile
+
+    return {"seconds": seconds, "ahead_s": precompile.TOTALS["seconds"], "jobs": precompile.TOTALS["jobs"],
+            "failures": precompile.TOTALS["failures"], "threads": precompile.default_workers(),
+            "device": torch.cuda.get_device_name() if gpu else "cpu (sm_90 target only)"}
+
+
+def _target_only_backend():
+    """A fireclay backend for a machine without a GPU: each aten graph goes through loops and
+    Triton code generation, its kernels are compiled for sm_90, and it then runs in the interpreter."""
+    from triton.backends.compiler import GPUTarget
+
+    from fireclay_autograd import compile_program, interpreter_backend
+    from fireclay_triton import Config
+    from fireclay_triton import compile_program as triton_compile
+    from fireclay_triton.api import program_compile_jobs
+    from fireclay_triton.precompile import compile_for_target
+
+    def codegen(program, example_inputs):
+        compiled = triton_compile(program, example_inputs, cfg=Config(autotune=True))
+        report = compile_for_target(program_compile_jobs(compiled), GPUTarget("cuda", 90, 32))
+        for failure in report.failures:
+            print("compile failure:", failure, file=sys.stderr)
+        return interpreter_backend(program, example_inputs)
+
+    return functools.partial(compile_program, fw_compiler=codegen, bw_compiler=codegen)
+
+
+def _measure(model: str, backend: str, preset: str, caches: dict[str, str], threads: int | None) -> dict:
+    env = dict(os.environ, **caches)
+    backend, _, pool = backend.partition("/")
+    if pool:
+        env["FIRECLAY_TRITON_COMPILE_POOL"] = pool
+    env.pop("TRITON_INTERPRET", None)
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", model, "--backend", backend, "--preset", preset]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:120], "process_s": wall}
+    return dict(json.loads(lines[-1]), process_s=wall)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="bert,mlp,cnn_bn")
+    parser.add_argument("--preset", default=None, help="the models' size: large on a GPU, small without one")
+    parser.add_argument("--inductor", action="store_true", help="torch.compile (Inductor) too, on a GPU")
+    parser.add_argument("--threads", type=int, help="compile workers (default: the CPU count)")
+    parser.add_argument("--pools", default="threads",
+                        help="fireclay's compile pools to measure, comma-separated: threads, processes")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--backend", default="fireclay", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    import torch
+
+    gpu = torch.cuda.is_available()
+    preset = args.preset or ("large" if gpu else "small")
+    if args.child:
+        print(json.dumps(_child(args.child, args.backend, preset, args.threads)))
+        return 0
+    backends = [f"fireclay/{pool}" for pool in args.pools.split(",")] + (["inductor"] if args.inductor and gpu else [])
+    print(f"compile time, preset {preset}, inference; cold = empty caches, warm = a second process on them")
+    print("| model | backend | device | cold s | warm s | ahead s cold/warm (threads) | jobs cold/warm |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for model in args.models.split(","):
+        for backend in backends:
+            with tempfile.TemporaryDirectory(prefix="compile-time-") as tmp:
+                caches = {name: os.path.join(tmp, name.lower()) for name in CACHE_ENV}
+                cold = _measure(model, backend, preset, caches, args.threads)
+                warm = _measure(model, backend, preset, caches, args.threads)
+            if "error" in cold or "error" in warm:
+                print(f"| {model} | {backend} | | failed: {cold.get('error') or warm.get('error')} | | | |")
+                continue
+            ours = backend.startswith("fireclay")
+            ahead = f"{cold['ahead_s']:.2f}/{warm['ahead_s']:.2f} ({cold['threads']})" if ours else "-"
+            jobs = f"{cold['jobs']}/{warm['jobs']}" if ours else "-"
+            print(f"| {model} | {backend} | {cold['device']} | {cold['seconds']:.2f} | {warm['seconds']:.2f} | "
+                  f"{ahead} | {jobs} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
