@@ -105,6 +105,13 @@ CASES = [
          [{"n": 11}]),
     Case("index_select_gather", lambda s: [randn(s["n"], 5), torch.randint(0, 5, (s["n"], 2))],
          lambda x, i: (x.index_select(1, i[0]), x.gather(1, i)), {"n": 4}, [{0: "n"}, {0: "n"}], [{"n": 6}]),
+    # Advanced indexing with broadcast index tensors (attention-mask builders do this): the meta
+    # kernel broadcasts the indices with expand, which refuses symbolic sizes unless it comes back here.
+    Case("advanced_index_broadcast", lambda s: [torch.arange(s["b"] * s["n"]).view(s["b"], s["n"])],
+         lambda p: p[torch.arange(p.shape[0])[:, None, None], torch.arange(p.shape[1])[None, :, None]],
+         {"b": 2, "n": 5}, [{0: "b", 1: "n"}], [{"b": 3, "n": 7}]),
+    Case("advanced_index_tensor", lambda s: [randn(s["n"], 6), torch.randint(0, 6, (s["m"],))],
+         lambda x, i: x[:, i], {"n": 3, "m": 4}, [{0: "n"}, {0: "m"}], [{"n": 5, "m": 2}]),
     Case("masked_fill_clamp", lambda s: [randn(s["n"], 4)], lambda x: x.masked_fill(x > 1, 0).clamp(-1, 1),
          {"n": 3}, [{0: "n"}], [{"n": 8}]),
     Case("to_half", lambda s: [randn(s["n"], 3)], lambda x: x.to(torch.float16), {"n": 3}, [{0: "n"}], [{"n": 5}]),

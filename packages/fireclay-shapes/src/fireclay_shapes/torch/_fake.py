@@ -298,7 +298,7 @@ class FakeMode(TorchDispatchMode):
         except NotImplementedError as e:
             return self._decompose_or_fail(func, args, kwargs, e)
         except RuntimeError as e:
-            if python_meta is not None and "INTERNAL ASSERT" in str(e):
+            if python_meta is not None and any(m in str(e) for m in _SYMBOLIC_DISPATCH_FAILURES):
                 # A Python meta kernel whose inner ops (narrow, ...) reach the dispatcher with
                 # SymInts backed by Python nodes trips torch's argument parser; run it over the
                 # fakes instead, so those inner ops come back to this mode.
@@ -366,6 +366,12 @@ def _needs_python_semantics(func) -> bool:
     from torch._decomp import meta_table
 
     return not (func in meta_table or func in _CPP_META_SYMBOLIC_OK or torch.Tag.view_copy in func.tags)
+
+
+# What torch says when a Python meta kernel's inner ops reach C++ kernels with SymInts backed by
+# Python nodes: its argument parser asserts, or a non-symbolic kernel (expand in index's
+# broadcasting) refuses the sizes.
+_SYMBOLIC_DISPATCH_FAILURES = ("INTERNAL ASSERT", "expected to contain only concrete integers")
 
 
 def _python_meta(func):
