@@ -52,8 +52,9 @@ def test_dump_writes_wrapper_and_cpp(tmp_path):
     compile(wrapper, "wrapper.py", "exec")  # valid Python
     assert "op_aten_addmm_default(" in wrapper
     cpp = (tmp_path / "out" / "kernels0.cpp").read_text()
-    for k in compiled.scheduled.kernels:
-        assert f'extern "C" void {k.name}(' in cpp and f"{k.name}(" in wrapper
+    for k in compiled.scheduled.kernels:  # each kernel is called from a run the wrapper calls
+        assert f'extern "C" void {k.name}(' in cpp and f"  {k.name}(" in cpp and k.name in wrapper
+    assert 'extern "C" void run0(const int64_t* fc_args)' in cpp and "run0(packrun0(" in wrapper
 
 
 def test_wrong_inputs_are_reported():

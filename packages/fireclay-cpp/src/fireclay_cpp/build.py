@@ -68,7 +68,7 @@ def _cpu() -> str:
 
 
 def cache_key(source: str, cfg: Config = config) -> str:
-    ident = [source, compiler_identity(cfg.resolved_compiler()), cfg.flags(), _cpu(), _VERSION]
+    ident = [source, compiler_identity(cfg.resolved_compiler()), cfg.flags(), cfg.link_flags(), _cpu(), _VERSION]
     return hashlib.sha256(json.dumps(ident).encode()).hexdigest()
 
 
@@ -135,7 +135,7 @@ def _compile(source: str, key: str, cfg: Config, force: bool = False) -> float:
             return 0.0
         _write_atomic(cpp, source + f'\nextern "C" const char* fc_cache_key() {{ return "{key}"; }}\n')
         tmp = f"{so}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-        cmd = [cfg.resolved_compiler(), *cfg.flags(), cpp, "-o", tmp]
+        cmd = [cfg.resolved_compiler(), *cfg.flags(), cpp, *cfg.link_flags(), "-o", tmp]
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         seconds = time.perf_counter() - start

@@ -10,7 +10,13 @@ after: a value is declared, on demand, in the scope that first needs it:
   pointwise nodes indexed by ``r``.
 
 A kernel's nodes run in stages (``KernelNode.stage``): one reduction loop per stage, so a node
-reading a reduction result of its own kernel runs in a later loop over ``r``.
+reading a reduction result of its own kernel runs in a later loop over ``r``. A value that does
+not change along ``r`` is hoisted out of the loop; a value placed in a loop is recomputed in each
+later loop that reads it (which is how buffers in ``recomputed`` never reach memory).
+
+Vectorisation: each reduction loop is ``omp simd`` with its accumulators as OpenMP reductions.
+Welford's update divides per element and does not vectorise, so outside split reductions it
+becomes two passes over the row: a sum for the mean, then a sum of squared deviations.
 
 Parallelism: the outer loops are an OpenMP ``parallel for`` (all but the innermost for pointwise
 kernels, so the innermost stays a plain loop the compiler vectorises). When there are few outer
@@ -61,6 +67,13 @@ class _Val:
     deps: list[_Val] = field(default_factory=list)
     ctype: str = ""
     acc: _Acc | None = None  # set on reduction values: they live in an accumulator
+    varying: bool | None = None  # changes along the reduction loop (None: if a dependency does)
+
+    def in_loop(self) -> bool:
+        """Whether it must be computed inside the reduction loop; the rest is hoisted out."""
+        if self.varying is None:
+            self.varying = any(d.in_loop() for d in self.deps)
+        return self.varying
 
 
 @dataclass(eq=False)
@@ -68,6 +81,8 @@ class _Acc:
     name: str
     decl_type: str
     add_stmt: _Val | None = None
+    welford: tuple[str, _Val] | None = None  # (compute type, value added): computed in two passes
+    plain_sum: tuple[str, _Val] | None = None  # a float sum: a plain variable with OpenMP's `+`
 
 
 _UNARY_CALL = {
@@ -120,37 +135,43 @@ class _CValues:
         self.ridx = ridx  # the flat reduction index of this node (argmax/argmin positions)
         self.count = 0
 
-    def _val(self, expr: str, ctype_: str, deps: list[_Val]) -> _Val:
+    def _val(self, expr: str, ctype_: str, deps: list[_Val], varying: bool | None = None) -> _Val:
         name = f"{self.prefix}t{self.count}"
         self.count += 1
-        return _Val(name, f"{ctype_} {name} = {expr};", deps, ctype_)
+        return _Val(name, f"{ctype_} {name} = {expr};", deps, ctype_, varying=varying)
 
     def _index(self, index) -> tuple[str, list[_Val]]:
         return self.gen.index(index), self.gen.indirect_deps(index)
 
+    def _varies(self, index) -> bool | None:
+        """True when ``index`` names a reduction variable; else the dependencies decide."""
+        names = {s.name for s in sympy.sympify(index).free_symbols}
+        return True if names & self.gen.rnames else None
+
     # memory
     def load(self, buf, index):
-        if buf in self.gen.kernel.internal:
+        if buf in self.gen.local:
             store = self.gen.internal_store(buf)
             return self._val(f"int_{buf}", store.ctype, [store])
         text, deps = self._index(index)
         dtype = self.gen.buffer_dtype(buf)
         self.gen.use_buffer(buf, write=False)
-        return self._val(_widen(dtype, f"{buf}[{text}]"), ctype(dtype), deps)
+        return self._val(_widen(dtype, f"{buf}[{text}]"), ctype(dtype), deps, self._varies(index))
 
     def masked_load(self, buf, index, mask):
-        if buf in self.gen.kernel.internal:
+        if buf in self.gen.local:
             store = self.gen.internal_store(buf)
             return self._val(f"{mask.name} ? int_{buf} : {store.ctype}(0)", store.ctype, [store, mask])
         text, deps = self._index(index)
         dtype = self.gen.buffer_dtype(buf)
         self.gen.use_buffer(buf, write=False)
         t = ctype(dtype)
-        return self._val(f"{mask.name} ? ({t})({_widen(dtype, f'{buf}[{text}]')}) : {t}(0)", t, deps + [mask])
+        return self._val(f"{mask.name} ? ({t})({_widen(dtype, f'{buf}[{text}]')}) : {t}(0)", t, deps + [mask],
+                         self._varies(index))
 
     def store(self, buf, index, value):
         dtype = self.gen.buffer_dtype(buf)
-        if buf in self.gen.kernel.internal:
+        if buf in self.gen.local:
             # Round as a trip through memory would, so fused half-precision code matches eager.
             t = ctype(dtype)
             v = _round_half(dtype, f"({t})({value.name})")
@@ -161,7 +182,7 @@ class _CValues:
         text, deps = self._index(index)
         self.gen.use_buffer(buf, write=True)
         stmt = _Val(f"{self.prefix}st{self.count}", f"{buf}[{text}] = {_narrow(dtype, value.name)};",
-                    deps + [value])
+                    deps + [value], varying=True)
         self.count += 1
         self.gen.roots.append(stmt)
         return None
@@ -180,7 +201,7 @@ class _CValues:
     def index_expr(self, expr, dtype):
         text, deps = self._index(expr)
         t = ctype(dtype)
-        return self._val(f"({t})({text})", t, deps)
+        return self._val(f"({t})({text})", t, deps, self._varies(expr))
 
     def to_dtype(self, x, dtype):
         t = ctype(dtype)
@@ -189,7 +210,7 @@ class _CValues:
     def random(self, kind, seed, offset):
         text, deps = self._index(offset)
         fn = "fc_rand" if kind == "rand" else "fc_randn"
-        return self._val(f"{fn}((uint64_t){int(seed)}ULL, {text})", "float", deps)
+        return self._val(f"{fn}((uint64_t){int(seed)}ULL, {text})", "float", deps, self._varies(offset))
 
     def indirect_indexing(self, value, size, name):
         val = _Val(name, f"int64_t {name} = (int64_t)({value.name});", [value], "int64_t")
@@ -199,10 +220,14 @@ class _CValues:
     def reduction(self, dtype, src_dtype, reduction_type, value):
         t = ctype(src_dtype if reduction_type in ("argmax", "argmin", "any", "all") else dtype)
         acc = _Acc(self.gen.fresh("acc"), f"fc_{reduction_type}_acc<{t}>")
-        acc.add_stmt = _Val(f"{acc.name}_add", f"{acc.name}.add(({t})({value.name}), {self.ridx});", [value])
+        acc.add_stmt = _Val(f"{acc.name}_add", f"{acc.name}.add(({t})({value.name}), {self.ridx});", [value],
+                            varying=True)
         self.gen.accumulators.append(acc)
         self.gen.roots.append(acc.add_stmt)
+        if reduction_type == "sum" and t in ("float", "double"):
+            acc.plain_sum = (t, value)
         if reduction_type == "welford":
+            acc.welford = (t, value)
             return _Val(acc.name, "", [], t, acc)
         out_t = ctype(dtype)
         val = self._val(f"({out_t})({acc.name}.result())", out_t, [])
@@ -287,8 +312,9 @@ def simd_reductions(types: list[str]) -> str:
 
 class _KernelGen:
     def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
-                 threads: int):
+                 threads: int, recomputed: set[str] = frozenset()):
         self.kernel = kernel
+        self.local = set(kernel.internal) | set(recomputed)  # values that never reach memory
         self.buffer_dtype = buffer_dtype
         self.hint = hint
         self.threads = threads
@@ -301,6 +327,11 @@ class _KernelGen:
         self.counter = 0
         self.sizes = {v.name: s for v, s in zip(kernel.xvars + kernel.rvars, kernel.xsizes + kernel.rsizes)}
         self.rnames = {v.name for v in kernel.rvars}
+        # A pointwise kernel of several loops: values that do not change along the innermost
+        # loop (a per-channel scale) are computed once per outer point, before it.
+        self.inner_only = not kernel.rsizes and len(kernel.xsizes) > 1 and kernel.kind == "pointwise"
+        if self.inner_only:
+            self.rnames = {f"x{len(kernel.xsizes) - 1}"}
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1
@@ -367,9 +398,25 @@ class _KernelGen:
             stages.setdefault(kn.stage, []).append((pre, in_loop, after))
         xnumel, rnumel = self.hint(k.numel), self.hint(k.rnumel)
         split = bool(k.rsizes) and rnumel >= SPLIT_REDUCTION_MIN and xnumel < self.threads
+        if not split:
+            for a in self.accumulators:
+                if a.welford is not None or a.plain_sum is not None:
+                    t, value = a.welford or a.plain_sum
+                    a.add_stmt.decl = f"{a.name}_sum += ({t})({value.name});"
         outer = _Scope([])
         for stage in sorted(stages):
             self._emit_stage(stages[stage], rs, split, outer)
+        if self.inner_only:
+            # no reduction loop: the "loop" scope is the body of the innermost loop
+            outer = _Scope([])
+            loop = _Scope([], outer)
+            for stage in sorted(stages):
+                for pre, in_loop, after in stages[stage]:
+                    for v in pre + after:
+                        _place(v, outer)
+                    for v in in_loop:
+                        _place(v, loop)
+            return self._function(xs, rs, outer.lines, split, loop.lines)
         return self._function(xs, rs, outer.lines, split)
 
     def _emit_stage(self, nodes, rs, split, outer: _Scope) -> None:
@@ -407,17 +454,46 @@ class _KernelGen:
             else:
                 # Accumulators merge like OpenMP reductions, so the loop vectorises: each lane
                 # keeps its own partial (order-independent merges; argmax compares indices).
-                if accs and head:
-                    names = ", ".join(a.name for a in accs)
-                    lines.append(f"#pragma omp simd collapse({len(head)}) reduction(fc_merge: {names})")
-                elif head:
-                    lines.append(f"#pragma omp simd collapse({len(head)})")
+                welford = [a for a in accs if a.welford is not None]
+                sums = [a for a in accs if a.plain_sum is not None]
+                merged = [a.name for a in accs if a.welford is None and a.plain_sum is None]
+                clauses = [f"fc_merge: {', '.join(merged)}"] if merged else []
+                clauses += [f"+: {a.name}_sum" for a in welford + sums]
+                lines.extend(f"{(a.welford or a.plain_sum)[0]} {a.name}_sum = 0;" for a in welford + sums)
+                reduce = f" reduction({') reduction('.join(clauses)})" if clauses else ""
+                if head:
+                    lines.append(f"#pragma omp simd collapse({len(head)}){reduce}")
                 lines.extend(head + _indent(loop.lines) + tail)
+                lines.extend(f"{a.name}.v = {a.name}_sum;" for a in sums)
+                if welford:
+                    self._welford_second_pass(welford, head, tail, rs, outer)
         for _, _, after in nodes:
             for v in after:
                 _place(v, outer)
 
-    def _function(self, xs, rs, lines, split) -> KernelSource:
+    def _welford_second_pass(self, accs: list[_Acc], head, tail, rs, outer: _Scope) -> None:
+        """Mean from the first loop's sums, then a second loop summing squared deviations: two
+        plain sums vectorise where Welford's per-element division does not, and are as exact."""
+        lines = outer.lines
+        count = " * ".join(f"({r})" for r in rs) or "1"
+        loop = _Scope([], outer)
+        for a in accs:
+            t, value = a.welford
+            lines.append(f"const {t} {a.name}_n = ({t})({count});")
+            lines.append(f"const {t} {a.name}_mean = {a.name}_n > 0 ? {a.name}_sum / {a.name}_n : {t}(0);")
+            lines.append(f"{t} {a.name}_m2 = 0;")
+            dev = _Val(f"{a.name}_dev", f"{t} {a.name}_dev = ({t})({value.name}) - {a.name}_mean; "
+                       f"{a.name}_m2 += {a.name}_dev * {a.name}_dev;", [value], varying=True)
+            _place(dev, loop)
+        reduce = " ".join(f"reduction(+: {a.name}_m2)" for a in accs)
+        if head:
+            lines.append(f"#pragma omp simd collapse({len(head)}) {reduce}")
+        # (a block even without reduction loops: its names repeat the first pass's)
+        lines.extend((head or ["{"]) + _indent(loop.lines) + (tail or ["}"]))
+        lines.extend(f"{a.name}.mean = {a.name}_mean; {a.name}.m2 = {a.name}_m2; {a.name}.n = {a.name}_n;"
+                     for a in accs)
+
+    def _function(self, xs, rs, lines, split, inner: list[str] | None = None) -> KernelSource:
         k = self.kernel
         buffers = sorted(self.buffers)
         symbols = sorted(self.symbols)
@@ -444,9 +520,13 @@ class _KernelGen:
                 body.append(f"{parallel} collapse({collapse}) if({self.index(work)} >= {PARALLEL_MIN_WORK})")
             elif simd:
                 body.append("#pragma omp simd")
-            if pointwise and nx > 1:
-                heads.insert(nx - 1, "#pragma omp simd")
-            body += heads + _indent(lines) + ["}"] * nx
+            if inner is not None:  # hoisted values, then the innermost loop
+                body += heads[:-1] + _indent(lines + ["#pragma omp simd", heads[-1]] + _indent(inner) + ["}"])
+                body += ["}"] * (nx - 1)
+            else:
+                if pointwise and nx > 1:
+                    heads.insert(nx - 1, "#pragma omp simd")
+                body += heads + _indent(lines) + ["}"] * nx
         else:
             body += lines
         out += _indent(body) + ["}"]
@@ -485,6 +565,9 @@ def _place(v: _Val, scope: _Scope) -> None:
     """Declare ``v`` (after its dependencies) in ``scope`` unless it is visible there already."""
     if scope.visible(v):
         return
+    if scope.parent is not None and not v.in_loop():
+        _place(v, scope.parent)  # loop-invariant: computed once, before the loop
+        return
     for d in v.deps:
         _place(d, scope)
     if v.decl:
@@ -497,7 +580,34 @@ def _indent(lines: list[str]) -> list[str]:
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
-                    threads: int | None = None) -> KernelSource:
+                    threads: int | None = None, recomputed: set[str] = frozenset()) -> KernelSource:
     """C++ for one kernel; ``hint`` evaluates a size expression at its hint (for choosing how to
-    parallelise), ``threads`` is the number of threads planned for."""
-    return _KernelGen(kernel, buffer_dtype, hint, threads or os.cpu_count() or 1).generate()
+    parallelise), ``threads`` is the number of threads planned for. Buffers in ``recomputed``
+    (see :func:`recomputed_buffers`) are not stored: each loop that reads one recomputes it."""
+    return _KernelGen(kernel, buffer_dtype, hint, threads or os.cpu_count() or 1, recomputed).generate()
+
+
+RECOMPUTE_MAX_OPS = 24  # longest pointwise body recomputed rather than stored
+
+
+def recomputed_buffers(kernel: Kernel, read_elsewhere: set[str]) -> set[str]:
+    """Buffers a kernel stores only for its own later loops over ``r`` (softmax's scaled input,
+    read by the max, the sum and the normalisation): when a cheap pointwise node writes one and
+    every read is at the written index, recomputing it in each loop is cheaper than a round trip
+    through memory, and the buffer is never allocated. ``read_elsewhere``: buffers other steps
+    read, and the program's outputs."""
+    writes: dict[str, list] = {}
+    for n, kn in enumerate(kernel.nodes):
+        for b, index, _ in kn.writes():
+            writes.setdefault(b, []).append((n, index, kn))
+    found = set()
+    for b, ws in writes.items():
+        if b in kernel.internal or b in read_elsewhere or len(ws) != 1:
+            continue
+        n, index, kn = ws[0]
+        if kn.node.kind != "pointwise" or len(kn.node.body.ops) > RECOMPUTE_MAX_OPS:
+            continue
+        reads = [(m, i) for m, other in enumerate(kernel.nodes) for rb, i, _ in other.reads() if rb == b]
+        if reads and all(m > n and sympy.expand(i - index) == 0 for m, i in reads):
+            found.add(b)
+    return found

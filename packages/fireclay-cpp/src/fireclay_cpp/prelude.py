@@ -37,8 +37,36 @@ _MATH = "\n".join(
     f"static inline double fc_{f}(double x, double y) {{ return __builtin_{f}(x, y); }}"
     for f in _MATH_FUNCTIONS2)
 
+# glibc's vector math library (libmvec, x86-64) has SIMD versions of these: declared with the
+# `simd` attribute, loops calling them vectorise (as <math.h> declares them under -ffast-math,
+# which we do not use: it would change results elsewhere). Accuracy is within 4 ulp.
+_LIBMVEC_2_22 = ("exp", "log", "sin", "cos", "pow")
+_LIBMVEC_2_35 = ("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "erf", "erfc", "exp2", "expm1",
+                 "log10", "log1p", "log2", "sinh", "tan", "tanh", "atan2")
+_TWO_ARGS = ("pow", "atan2")
+
+
+def _simd_declarations(names: tuple[str, ...]) -> str:
+    lines = []
+    for f in names:
+        args = 2 if f in _TWO_ARGS else 1
+        for t, suffix in (("float", "f"), ("double", "")):
+            lines.append(f'extern "C" {t} {f}{suffix}({", ".join([t] * args)}) throw() '
+                         '__attribute__((simd("notinbranch")));')
+    return "\n".join(lines)
+
+
+_VECTOR_MATH = (
+    "#if defined(__x86_64__) && defined(__GLIBC__) && !defined(__clang__) && defined(FC_LIBMVEC)\n"
+    + _simd_declarations(_LIBMVEC_2_22) + "\n#if __GLIBC_PREREQ(2, 35)\n" + _simd_declarations(_LIBMVEC_2_35)
+    + "\n#endif\n#endif\n")
+
 PRELUDE = _INDEX_PRELUDE + r"""
 #include <omp.h>
+""" + _VECTOR_MATH + r"""
+
+// A run of kernels uses the thread count the caller asks for (torch's), whichever thread calls.
+static inline void fc_set_threads(int64_t n) { if (n > 0 && omp_get_max_threads() != n) omp_set_num_threads((int)n); }
 
 template <typename T> struct fc_is_float { static constexpr bool value = false; };
 template <> struct fc_is_float<float> { static constexpr bool value = true; };
@@ -83,12 +111,14 @@ static inline uint16_t fc_float_to_bf16(float f) {
 static inline float fc_round_bf16(float f) { return fc_bf16_to_float(fc_float_to_bf16(f)); }
 static inline float fc_round_f16(float f) { return (float)(_Float16)f; }
 
+// NaN propagates: `a >= b ? a : b` picks b when b is NaN, the test on a covers a; one select
+// and one test, no branches, so reduction loops over them vectorise.
 template <typename T> static inline T fc_maximum(T a, T b) {
-  if constexpr (fc_is_float<T>::value) { if (a != a) return a; if (b != b) return b; }
+  if constexpr (fc_is_float<T>::value) { T m = a >= b ? a : b; return a != a ? a : m; }
   return a < b ? b : a;
 }
 template <typename T> static inline T fc_minimum(T a, T b) {
-  if constexpr (fc_is_float<T>::value) { if (a != a) return a; if (b != b) return b; }
+  if constexpr (fc_is_float<T>::value) { T m = a <= b ? a : b; return a != a ? a : m; }
   return a < b ? a : b;
 }
 template <typename T> static inline T fc_floordiv_v(T a, T b) {

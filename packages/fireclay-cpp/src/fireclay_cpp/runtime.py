@@ -33,7 +33,9 @@ def as_base(t: Any, name: str, dtype: torch.dtype, size: tuple, stride: tuple, o
         return t if offset == 0 else t.as_strided((1,), (1,), t.storage_offset() - offset)
     flat = torch.empty(storage_numel, dtype=dtype)
     flat.as_strided(size, stride, offset).copy_(t)
-    return flat
+    # With no offset the wrapper may use the base itself as the tensor, so it must have the
+    # buffer's layout (its data_ptr() is the same).
+    return flat.as_strided(size, stride, 0) if offset == 0 else flat
 
 
 def typed(mem: torch.Tensor, dtype: torch.dtype, nbytes: int) -> torch.Tensor:
@@ -59,6 +61,42 @@ def aten_op(name: str) -> Callable:
         return getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
     except AttributeError as e:
         raise CppBackendError(f"extern call to {name}: torch {torch.__version__} has no such operator") from e
+
+
+# Ops whose out= overload computes into a temporary and copies it over: no gain, more memory.
+_OUT_COPIES = {"aten::convolution.default"}
+
+
+def out_argument(name: str) -> str | None:
+    """The name of the single ``out=`` argument of ``name``'s ``out`` overload, when it has one
+    taking the same arguments and returning one tensor; else None."""
+    if name in _OUT_COPIES:
+        return None
+    try:
+        op = aten_op(name)
+        packet = getattr(getattr(torch.ops, name.split("::", 1)[0]), op._schema.name.split("::", 1)[1])
+        if "out" not in packet.overloads():
+            return None
+        schema = packet.out._schema
+    except (CppBackendError, AttributeError, RuntimeError):
+        return None
+    outs = [a for a in schema.arguments if a.is_out]
+    ins = [a.name for a in schema.arguments if not a.is_out]
+    if len(outs) != 1 or len(schema.returns) != 1 or ins != [a.name for a in op._schema.arguments]:
+        return None
+    return outs[0].name
+
+
+def out_op(name: str) -> Callable:
+    namespace, rest = name.split("::", 1)
+    return getattr(getattr(torch.ops, namespace), rest.partition(".")[0]).out
+
+
+def bind_run(lib: ctypes.CDLL, name: str) -> Callable:
+    fn = getattr(lib, name)
+    fn.argtypes = [ctypes.c_void_p]
+    fn.restype = None
+    return fn
 
 
 def bind_kernel(lib: ctypes.CDLL, name: str, buffers: int, symbols: int) -> Callable:

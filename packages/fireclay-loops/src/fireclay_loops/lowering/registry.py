@@ -40,6 +40,7 @@ def _load_tables() -> None:
         extern,
         indexing,
         pointwise,
+        pooling,
         reductions,
         views,
     )

@@ -1,0 +1,112 @@
+"""Max pooling as loop code: each output point is the maximum of its window's loads (as
+Inductor does), not a library call; the indices output is computed only where something uses it.
+
+Semantics follow eager's CPU kernel: NaN wins (and for indices the last NaN of the window in
+row-major order), otherwise the first maximum; padded points are never chosen; an index is
+``h * W + w`` in the input plane.
+"""
+
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from fireclay_loops import dtypes, exprs
+from fireclay_loops.lowering.registry import register_lowering
+from fireclay_loops.lowering.values import GeneratedValue
+from fireclay_loops.ops import ops
+
+MAX_WINDOW = 64  # larger windows stay library calls: unrolled loads would bloat the kernel
+
+
+def _pair(v) -> list:
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * 2 if len(v) == 1 else v
+
+
+def _may_overrun(out_size, in_size, k: int, stride: int, pad: int, dilation: int) -> bool:
+    """Whether the last window of a dimension can reach past the input's end (ceil_mode, padding)."""
+    o, n = exprs.to_static(out_size), exprs.to_static(in_size)
+    return o is None or n is None or (o - 1) * stride - pad + (k - 1) * dilation > n - 1
+
+
+def _window(x, idx, out_size, kernel, stride, padding, dilation):
+    """``(in_bounds mask or None, input index, flat position)`` for each window point, in
+    row-major order; the mask tests only the bounds a window can cross."""
+    h, w = idx[-2], idx[-1]
+    overrun = [_may_overrun(out_size[d - 2], x.size[d - 2], kernel[d], stride[d], padding[d], dilation[d])
+               for d in range(2)]
+    points = []
+    for kh in range(kernel[0]):
+        for kw in range(kernel[1]):
+            ih = h * stride[0] - padding[0] + kh * dilation[0]
+            iw = w * stride[1] - padding[1] + kw * dilation[1]
+            mask = None
+            for d, (i, n) in enumerate(((ih, x.size[-2]), (iw, x.size[-1]))):
+                conds = []
+                if padding[d]:
+                    conds.append(ops.ge(ops.index_expr(i, "int64"), ops.constant(0, "int64")))
+                if overrun[d]:
+                    conds.append(ops.lt(ops.index_expr(i, "int64"), ops.to_dtype(ops.index_expr(n, "int64"), "int64")))
+                for c in conds:
+                    mask = c if mask is None else ops.logical_and(mask, c)
+            points.append((mask, list(idx[:-2]) + [ih, iw], ih * x.size[-1] + iw))
+    return points
+
+
+def _static_ints(values) -> bool:
+    return all(isinstance(v, int) or (isinstance(v, sympy.Basic) and v.is_Integer) for v in values)
+
+
+@register_lowering("max_pool2d_with_indices.default")
+def lower_max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    kernel = _pair(kernel_size)
+    stride = _pair(stride) if stride else list(kernel)
+    padding, dilation = _pair(padding), _pair(dilation)
+    if not _static_ints(kernel + stride + padding + dilation) or kernel[0] * kernel[1] > MAX_WINDOW:
+        from fireclay_loops.lowering.context import fallback
+
+        return fallback(ctx)
+    kernel, stride, padding, dilation = ([int(v) for v in p] for p in (kernel, stride, padding, dilation))
+    size, dtype, device = ctx.out_meta(0)
+    isize, idtype, _ = ctx.out_meta(1)
+    compute = dtypes.compute_dtype(dtype)
+    lowest = _lowest(compute)
+
+    def values(idx):
+        best = None
+        for mask, at, _ in _window(x, idx, size, kernel, stride, padding, dilation):
+            v = ops.to_dtype(x.load(at, mask), compute)
+            if mask is not None:
+                v = ops.where(mask, v, lowest())
+            best = v if best is None else ops.maximum(best, v)
+        return best
+
+    def indices(idx, outer=None):
+        points = _window(x, idx, size, kernel, stride, padding, dilation)
+        first = None  # the first in-bounds point: eager's index when nothing beats -inf
+        for mask, _, flat in reversed(points):
+            pos = ops.index_expr(exprs.as_expr(flat), "int64")
+            first = pos if first is None or mask is None else ops.where(mask, pos, first)
+        best, chosen = lowest(), first
+        for mask, at, flat in points:
+            full = mask if outer is None else (outer if mask is None else ops.logical_and(mask, outer))
+            v = ops.to_dtype(x.load(at, full), compute)
+            take = ops.logical_or(ops.gt(v, best), ops.isnan(v))
+            if mask is not None:
+                take = ops.logical_and(mask, take)
+            best = ops.where(take, v, best)
+            chosen = ops.where(take, ops.index_expr(exprs.as_expr(flat), "int64"), chosen)
+        return ops.to_dtype(chosen, idtype)
+
+    return (ctx.pointwise(size, dtype, device, values), GeneratedValue(isize, idtype, device, indices))
+
+
+def _lowest(dtype: str):
+    """A maker of the value padding reads as: -inf for floats, the lowest integer otherwise."""
+    if dtype.startswith(("float", "bfloat")):
+        return lambda: ops.constant(-math.inf, dtype)
+    bits = {"int64": 64, "int32": 32, "int16": 16, "int8": 8}.get(dtype)
+    low = -(2 ** (bits - 1)) if bits else 0
+    return lambda: ops.constant(low, dtype)
