@@ -170,7 +170,8 @@ def _plan_from_json(d: Any) -> OutputPlan:
 # -- tensors (lifted constants: small, made while tracing)
 
 def _tensor_to_json(name: str, t: torch.Tensor) -> dict[str, Any]:
-    data = t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    # bytes without numpy (not a dependency); lifted constants are small
+    data = bytes(t.detach().contiguous().cpu().reshape(-1).view(torch.uint8).tolist()) if t.numel() else b""
     return {"name": name, "dtype": dtype_name(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
             "device": str(t.device), "data": base64.b64encode(data).decode("ascii")}
 

@@ -429,7 +429,7 @@ class _KernelGen:
         for _, in_loop, _ in nodes:
             for v in in_loop:
                 _place(v, loop)
-        accs = [a for a in self.accumulators if id(a.add_stmt) in loop.seen]
+        accs = [a for a in self.accumulators if a.add_stmt in loop.seen]
         lines.extend(f"{a.decl_type} {a.name};" for a in accs)
         if loop.lines:
             head = [f"for (int64_t r{d} = 0; r{d} < {rs[d]}; r{d}++) {{" for d in range(len(k.rsizes))]
@@ -540,9 +540,9 @@ def _feeds_only_loop(v: _Val) -> bool:
     stack, seen = [v], set()
     while stack:
         x = stack.pop()
-        if id(x) in seen:
+        if x in seen:
             continue
-        seen.add(id(x))
+        seen.add(x)
         if x.acc is not None:
             return False
         stack.extend(x.deps)
@@ -555,10 +555,10 @@ class _Scope:
     def __init__(self, lines: list[str], parent: _Scope | None = None):
         self.lines = lines
         self.parent = parent
-        self.seen: set[int] = set()
+        self.seen: set[_Val] = set()  # the values themselves: ids of freed values get reused
 
     def visible(self, v: _Val) -> bool:
-        return id(v) in self.seen or (self.parent is not None and self.parent.visible(v))
+        return v in self.seen or (self.parent is not None and self.parent.visible(v))
 
 
 def _place(v: _Val, scope: _Scope) -> None:
@@ -572,7 +572,7 @@ def _place(v: _Val, scope: _Scope) -> None:
         _place(d, scope)
     if v.decl:
         scope.lines.append(v.decl)
-    scope.seen.add(id(v))
+    scope.seen.add(v)
 
 
 def _indent(lines: list[str]) -> list[str]:

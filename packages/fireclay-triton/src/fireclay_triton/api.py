@@ -21,6 +21,7 @@ from fireclay_loops import LoopProgram, ScheduledProgram, lower, schedule
 from fireclay_triton import precompile, runtime
 from fireclay_triton.autotune import TuningCache
 from fireclay_triton.config import Config, config, interpreting
+from fireclay_triton.errors import CodegenError
 from fireclay_triton.kernel_codegen import KernelSource, generate_kernel
 from fireclay_triton.prelude import header
 from fireclay_triton.wrapper_codegen import generate_wrapper
@@ -91,6 +92,7 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
         report = precompile.precompile_on_device(jobs)
         for failure in report.failures:  # a config autotuning skips, or an error at that launch
             log.warning("fireclay-triton: compiling ahead failed for %s", failure)
+        _raise_if_a_kernel_cannot_compile(jobs, report.failures)
     wrapper = generate_wrapper(scheduled, {k.name: k for k in kernels})
     for var, op in wrapper.namespace_ops.items():
         namespace[var] = runtime.aten_op(op)
@@ -139,6 +141,21 @@ def program_compile_jobs(compiled: runtime.CompiledProgram, device_name: str | N
                          sms: int = 132) -> list[precompile.CompileJob]:
     """``compile_jobs`` of a compiled program (for :func:`precompile.compile_for_target`)."""
     return compile_jobs(compiled.scheduled, compiled.kernels, compiled.launchers, device_name, sms)
+
+
+def _raise_if_a_kernel_cannot_compile(jobs: list[precompile.CompileJob], failures: list[str]) -> None:
+    """A kernel none of whose configs compiles would fail in the middle of a call, after earlier
+    kernels wrote their outputs (and mutated inputs): refuse the program now instead, so the
+    caller can run this graph another way."""
+    tried: dict[str, int] = {}
+    for job in jobs:
+        tried[job.name] = tried.get(job.name, 0) + 1
+    failed: dict[str, list[str]] = {}
+    for failure in failures:
+        failed.setdefault(failure.split(":", 1)[0], []).append(failure)
+    for name, errors in failed.items():
+        if len(errors) >= tried.get(name, 0) > 0:
+            raise CodegenError(f"kernel {name} does not compile with any launch config: {errors[0]}")
 
 
 def triton_backend(aten_program: Any, example_inputs: Sequence[torch.Tensor]) -> Callable[..., tuple]:

@@ -382,8 +382,8 @@ class _KernelGen:
         self.counter = 0
         self.main: list[str] = []  # the function body, as placed so far
         self.loop_marks: dict[int, list[int]] = {}  # looped stage -> [its "for" line, its loop's end] in main
-        self.max_results: dict[int, tuple[_Val, int]] = {}  # id(max result) -> (the value reduced, its stage)
-        self._canon_memo: dict[int, str] = {}
+        self.max_results: dict[_Val, tuple[_Val, int]] = {}  # max result -> (the value reduced, its stage)
+        self._canon_memo: dict[_Val, str] = {}
         self.sizes = {v.name: s for v, s in zip(kernel.xvars + kernel.rvars, kernel.xsizes + kernel.rsizes)}
         self.xnames = {v.name for v in kernel.xvars}
         self.rnames = {v.name for v in kernel.rvars}
@@ -403,7 +403,7 @@ class _KernelGen:
         if self.split:
             self.kind = "split"
         self.looped = self.kind in ("looped", "split")
-        self.split_sums: set[int] = set()  # id of each sum result whose partials go to the workspace
+        self.split_sums: set[_Val] = set()  # each sum result whose partials go to the workspace
         self.split_stores: list[tuple[str, str]] = []  # (pointer text, dtype) of each stored sum, in order
         self.index64 = self._needs_index64()
 
@@ -542,9 +542,9 @@ class _KernelGen:
             res = self.fresh("red")
             done = _Val(res, f"{res} = ({final})[:, None]", [update], dtype, frozenset({"x"}), False, self.stage)
             if reduction_type == "max" and self.kind == "looped" and _is_float(dtype):
-                self.max_results[id(done)] = (value, self.stage)
+                self.max_results[done] = (value, self.stage)
             if self.split:
-                self.split_sums.add(id(done))
+                self.split_sums.add(done)
         self.roots.append(update)
         self.finals.append(done)
         return done
@@ -560,7 +560,7 @@ class _KernelGen:
         red = value
         while red.op and red.op[0] == "to_dtype":
             red = red.op[1]
-        if r or deps or id(red) not in self.split_sums:
+        if r or deps or red not in self.split_sums:
             raise NotSplittable("a store of something other than a sum result")
         k = len(self.split_stores)
         self.split_stores.append((ptr, tl_dtype(dtype)))
@@ -571,12 +571,12 @@ class _KernelGen:
     def _canon(self, v: _Val) -> str:
         """The value's expression with its operands spelt out: equal for the same computation
         in two stages (whose statements have different names)."""
-        got = self._canon_memo.get(id(v))
+        got = self._canon_memo.get(v)
         if got is None:
             expr = v.line.split(" = ", 1)[1] if " = " in v.line and "\n" not in v.line else v.line
             names = {d.name: self._canon(d) for d in v.deps}
             got = re.sub(r"[A-Za-z_]\w*", lambda m: names.get(m.group(0), m.group(0)), expr)
-            self._canon_memo[id(v)] = got
+            self._canon_memo[v] = got
         return got
 
     def _online_softmax_source(self, value: _Val) -> tuple[_Val, int] | None:
@@ -594,7 +594,7 @@ class _KernelGen:
         if d.op[:1] != ("sub",):
             return None
         a, m = d.op[1], strip(d.op[2])
-        found = self.max_results.get(id(m))
+        found = self.max_results.get(m)
         if found is None or found[1] >= self.stage or found[1] not in self.loop_marks:
             return None
         if self._canon(strip(a)) != self._canon(strip(found[0])):
@@ -646,7 +646,7 @@ class _KernelGen:
         for kn in k.nodes:
             stages.setdefault(kn.stage, []).append(kn)
         main = self.main
-        main_seen: set[int] = set()
+        main_seen: set[_Val] = set()  # the values themselves: ids of freed values get reused
         for stage in sorted(stages):
             if self.looped:
                 self.cse = {}  # values of an earlier loop are out of scope
@@ -662,16 +662,16 @@ class _KernelGen:
             self._place_stage(main, main_seen)
         return self._function(main)
 
-    def _place_stage(self, main: list[str], main_seen: set[int]) -> None:
+    def _place_stage(self, main: list[str], main_seen: set[_Val]) -> None:
         looped = self.looped
         pre: list[str] = []
         loop: list[str] = [] if looped else pre
-        loop_seen: set[int] = set() if looped else main_seen
+        loop_seen: set[_Val] = set() if looped else main_seen
         post: list[str] = [] if looped else pre
 
         def place(v: _Val, target: list[str]) -> None:
             seen = loop_seen if v.r else main_seen
-            if id(v) in seen:
+            if v in seen:
                 return
             if v.r and target is not loop and looped:
                 raise CodegenError(f"kernel {self.kernel.name}: a value computed in the reduction loop is needed "
@@ -682,7 +682,7 @@ class _KernelGen:
                 place(d, loop if d.r else target if target is not loop else pre)
             if v.line:
                 (loop if v.r else target).extend(v.line.split("\n"))
-            seen.add(id(v))
+            seen.add(v)
 
         for v in self.roots:
             if v.r:
