@@ -85,10 +85,12 @@ class Step:
         output, loss = result
         observed = [(f"output[{i}]", t.detach()) for i, t in enumerate(output_tensors(output))]
         observed.append(("loss", loss.detach()))
+        # Snapshots, not views: anything that runs the model afterwards (graph counting runs it
+        # once more, updating BatchNorm's statistics in place) must not change what is compared.
         for name, parameter in self.model.named_parameters():
-            observed.append((f"grad {name}", None if parameter.grad is None else parameter.grad.detach()))
-            observed.append((f"param {name}", parameter.detach()))
-        observed += [(f"buffer {name}", b.detach()) for name, b in self.model.named_buffers()]
+            observed.append((f"grad {name}", None if parameter.grad is None else parameter.grad.detach().clone()))
+            observed.append((f"param {name}", parameter.detach().clone()))
+        observed += [(f"buffer {name}", b.detach().clone()) for name, b in self.model.named_buffers()]
         return observed
 
 

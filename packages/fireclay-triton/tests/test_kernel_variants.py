@@ -173,6 +173,10 @@ SPLIT_CASES = [
     pytest.param(_column_sum_then_scale, (5000, 40), torch.float32, False, id="sum_then_scale"),
     pytest.param(_reduce("amax.default", [0]), (5000, 40), torch.float32, False, id="amax_not_split"),
     pytest.param(_reduce("sum.dim_IntList", [0]), (5000, 40), torch.float64, False, id="float64_not_split"),
+    # contiguous rows, but so few that one program per row would leave the GPU idle
+    pytest.param(_reduce("sum.dim_IntList", [1]), (3, 40000), torch.float32, True, id="few_long_rows"),
+    pytest.param(_reduce("sum.dim_IntList", [0, 1]), (200, 300), torch.float32, True, id="sum_to_a_scalar"),
+    pytest.param(_reduce("sum.dim_IntList", [1]), (100, 40000), torch.float32, False, id="many_long_rows"),
 ]
 
 

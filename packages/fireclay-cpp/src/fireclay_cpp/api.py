@@ -21,18 +21,10 @@ from fireclay_cpp.config import Config, config
 from fireclay_cpp.kernel_codegen import KernelSource, generate_kernel, recomputed_buffers, simd_reductions
 from fireclay_cpp.prelude import PRELUDE
 from fireclay_cpp.wrapper_codegen import generate_wrapper
-from fireclay_loops import LoopProgram, ScheduledProgram, lower, schedule
+from fireclay_loops import ScheduledProgram
+from fireclay_loops.codegen_support import to_scheduled
 
 KERNELS_PER_LIBRARY = 24  # above this, a program's kernels are split over libraries built in parallel
-
-
-def to_scheduled(program: Any) -> ScheduledProgram:
-    """An aten-dialect ``fireclay_ir.Program``, a ``LoopProgram`` or a ``ScheduledProgram``, scheduled."""
-    if isinstance(program, ScheduledProgram):
-        return program
-    if isinstance(program, LoopProgram):
-        return schedule(program)
-    return schedule(lower(program))
 
 
 def generate_kernels(scheduled: ScheduledProgram, cfg: Config = config) -> list[KernelSource]:

@@ -36,13 +36,11 @@ import sympy
 from fireclay_cpp.errors import CodegenError
 from fireclay_cpp.prelude import CTYPES
 from fireclay_loops import Kernel
-from fireclay_shapes import ValueRange, cpp_code
+from fireclay_loops.codegen_support import KernelGenState
+from fireclay_shapes import cpp_code
 
 PARALLEL_MIN_WORK = 16384  # points of work below which the OpenMP fork costs more than it saves
 SPLIT_REDUCTION_MIN = 4096  # reduction length from which a lone reduction is split over threads
-
-_UNBOUNDED = ValueRange()
-_NONNEG = ValueRange(0, math.inf)
 
 
 def ctype(dtype: str) -> str:
@@ -310,56 +308,34 @@ def simd_reductions(types: list[str]) -> str:
                    f"initializer(omp_priv = {t}())\n" for t in dict.fromkeys(types))
 
 
-class _KernelGen:
+class _KernelGen(KernelGenState):
     def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
                  threads: int, recomputed: set[str] = frozenset()):
-        self.kernel = kernel
+        super().__init__(kernel)
         self.local = set(kernel.internal) | set(recomputed)  # values that never reach memory
         self.buffer_dtype = buffer_dtype
         self.hint = hint
         self.threads = threads
-        self.buffers: dict[str, bool] = {}  # name -> written
-        self.symbols: set[str] = set()
-        self.indirect: dict[str, _Val] = {}
         self.internal_stores: dict[str, _Val] = {}
         self.accumulators: list[_Acc] = []
         self.roots: list[_Val] = []
-        self.counter = 0
-        self.sizes = {v.name: s for v, s in zip(kernel.xvars + kernel.rvars, kernel.xsizes + kernel.rsizes)}
-        self.rnames = {v.name for v in kernel.rvars}
         # A pointwise kernel of several loops: values that do not change along the innermost
         # loop (a per-channel scale) are computed once per outer point, before it.
         self.inner_only = not kernel.rsizes and len(kernel.xsizes) > 1 and kernel.kind == "pointwise"
         if self.inner_only:
             self.rnames = {f"x{len(kernel.xsizes) - 1}"}
 
-    def fresh(self, prefix: str) -> str:
-        self.counter += 1
-        return f"{prefix}{self.counter}"
-
-    def use_buffer(self, buf: str, write: bool) -> None:
-        self.buffers[buf] = self.buffers.get(buf, False) or write
-
     def internal_store(self, buf: str) -> _Val:
         if buf not in self.internal_stores:
             raise CodegenError(f"{buf} is read in {self.kernel.name} before the kernel computes it")
         return self.internal_stores[buf]
-
-    def _range(self, s: sympy.Symbol) -> ValueRange:
-        name = s.name
-        if name in self.sizes:
-            n = self.sizes[name]
-            return ValueRange(0, int(n) - 1) if n.is_Integer and int(n) > 0 else _NONNEG
-        if name in self.indirect or name.startswith(("s", "ind")):
-            return _NONNEG
-        return _UNBOUNDED
 
     def index(self, expr) -> str:
         expr = sympy.sympify(expr)
         for s in expr.free_symbols:
             if s.name not in self.sizes and s.name not in self.indirect:
                 self.symbols.add(s.name)
-        return cpp_code(expr, ranges=self._range)
+        return cpp_code(expr, ranges=self.symbol_range)
 
     def indirect_deps(self, expr) -> list[_Val]:
         return [self.indirect[s.name] for s in sympy.sympify(expr).free_symbols if s.name in self.indirect]

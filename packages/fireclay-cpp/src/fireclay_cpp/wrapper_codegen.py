@@ -16,30 +16,20 @@ its index expressions); views for extern calls and outputs are ``as_strided`` of
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
 
 from fireclay_cpp.errors import CodegenError
 from fireclay_cpp.prelude import CTYPES
-from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram, TensorArg
-from fireclay_shapes import python_code
+from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram
+from fireclay_loops.codegen_support import WrapperText, py_expr, py_shape
 
 ARENA_ALIGN = 64  # bytes: each arena buffer starts on a cache line (and any dtype's alignment)
 
 _ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
              "int8": 1, "uint8": 1, "bool": 1}
-
-
-def _py(e: Any) -> str:
-    return python_code(sympy.sympify(e))
-
-
-def _shape(items) -> str:
-    inner = ", ".join(_py(x) for x in items)
-    return f"({inner},)" if len(items) == 1 else f"({inner})"
 
 
 @dataclass
@@ -53,59 +43,19 @@ class RunSource:
     slots: int  # entries of its int64 argument array
 
 
-@dataclass
-class WrapperSource:
+class WrapperSource(WrapperText):
     """Generated wrapper text, the C++ runs it calls, and the objects its namespace needs."""
 
-    lines: list[str] = field(default_factory=list)
-    namespace_ops: dict[str, str] = field(default_factory=dict)  # variable -> aten op name
-    out_ops: dict[str, str] = field(default_factory=dict)  # variable -> aten op name whose out= it calls
-    constants: dict[str, Any] = field(default_factory=dict)
-    runs: list[RunSource] = field(default_factory=list)
-    arena_bytes: int = 0
-
-    def line(self, text: str, depth: int = 1) -> None:
-        self.lines.append("    " * depth + text)
-
-    def op(self, name: str) -> str:
-        var = "op_" + name.replace("::", "_").replace(".", "_")
-        self.namespace_ops[var] = name
-        return var
+    def __init__(self) -> None:
+        super().__init__()
+        self.out_ops: dict[str, str] = {}  # variable -> aten op name whose out= it calls
+        self.runs: list[RunSource] = []
+        self.arena_bytes = 0
 
     def out_op(self, name: str) -> str:
         var = "out_" + name.replace("::", "_").replace(".", "_")
         self.out_ops[var] = name
         return var
-
-    def constant(self, value: Any) -> str:
-        var = f"const{len(self.constants)}"
-        self.constants[var] = value
-        return var
-
-    @property
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
-
-
-def _literal(w: WrapperSource, a: Any) -> str:
-    if isinstance(a, sympy.Basic):
-        return _py(a)
-    if a is None or isinstance(a, (bool, int, str)):
-        return repr(a)
-    if isinstance(a, float):
-        return repr(a) if math.isfinite(a) else f"float({str(a)!r})"
-    if isinstance(a, list):
-        return "[" + ", ".join(_literal(w, x) for x in a) + "]"
-    if isinstance(a, tuple):
-        return "(" + "".join(_literal(w, x) + ", " for x in a) + ")"
-    kind = type(a).__name__
-    if kind == "DType":
-        return f"torch.{a.name}"
-    if kind == "Device":
-        return f"torch.device({a.name!r})"
-    if kind in ("Layout", "MemoryFormat"):
-        return f"torch.{a.name}"
-    return w.constant(a)
 
 
 def pack_arena(sizes: dict[str, int], lifetimes: dict[str, tuple[int, int]]) -> tuple[dict[str, int], int]:
@@ -187,12 +137,12 @@ class _Gen:
     def generate(self) -> WrapperSource:
         prog, w = self.prog, self.w
         w.lines.append(f"def call({', '.join(prog.inputs)}):")
-        self._bind_sizes()
+        w.bind_sizes(prog)
         for name in prog.inputs:
             buf = prog.buffers[name]
-            size, stride = _shape(buf.size), _shape(buf.stride)
-            slow = (f"{name} = as_base({name}, {name!r}, torch.{buf.dtype}, {size}, {stride}, {_py(buf.offset)}, "
-                    f"{_py(buf.storage_numel)})")
+            size, stride = py_shape(buf.size), py_shape(buf.stride)
+            slow = (f"{name} = as_base({name}, {name!r}, torch.{buf.dtype}, {size}, {stride}, {py_expr(buf.offset)}, "
+                    f"{py_expr(buf.storage_numel)})")
             if buf.offset != 0:
                 w.line(slow)
                 continue
@@ -228,19 +178,6 @@ class _Gen:
         self._return()
         return w
 
-    def _bind_sizes(self) -> None:
-        prog, w = self.prog, self.w
-        bound: set[str] = set()
-        for name in prog.inputs:
-            for d, s in enumerate(prog.buffers[name].size):
-                if isinstance(s, sympy.Symbol) and s.name not in bound:
-                    w.line(f"{s.name} = {name}.shape[{d}]")
-                    bound.add(s.name)
-        for s, hint in sorted(prog.symbols.items()):
-            if s not in bound and hint is not None:
-                w.line(f"{s} = {int(hint)}  # not an input size: its hint")
-                bound.add(s)
-
     def _allocate(self, k: int) -> None:
         prog, plan, w = self.prog, self.plan, self.w
         step = self.scheduled.steps[k]
@@ -251,16 +188,16 @@ class _Gen:
             buf = prog.buffers[b]
             if b not in self.in_mems:
                 if buf.offset == 0:
-                    w.line(f"{b} = torch.empty_strided({_shape(buf.size)}, {_shape(buf.stride)}, "
+                    w.line(f"{b} = torch.empty_strided({py_shape(buf.size)}, {py_shape(buf.stride)}, "
                            f"dtype=torch.{buf.dtype})")
                 else:
-                    w.line(f"{b} = torch.empty({_py(buf.storage_numel)}, dtype=torch.{buf.dtype})")
+                    w.line(f"{b} = torch.empty({py_expr(buf.storage_numel)}, dtype=torch.{buf.dtype})")
                 continue
             a = plan.buffer_allocation[b]
             if a not in self.mems:
-                w.line(f"{a} = torch.empty({_py(plan.allocations[a].nbytes)}, dtype=torch.uint8)")
+                w.line(f"{a} = torch.empty({py_expr(plan.allocations[a].nbytes)}, dtype=torch.uint8)")
                 self.mems.add(a)
-            w.line(f"{b} = typed({a}, torch.{buf.dtype}, {_py(buf.nbytes)})")
+            w.line(f"{b} = typed({a}, torch.{buf.dtype}, {py_expr(buf.nbytes)})")
 
     def _free(self, k: int) -> None:
         for b in self.plan.free_after.get(k, []):
@@ -276,25 +213,17 @@ class _Gen:
                 self.w.line(f"{var} = arena.view(torch.{dtype})")
                 self.typed_arena.add(dtype)
             start = self.arena[b] // _ITEMSIZE[dtype]
-            return f"{var}.as_strided({_shape(size)}, {_shape(stride)}, {_py(sympy.sympify(offset) + start)})"
+            return f"{var}.as_strided({py_shape(size)}, {py_shape(stride)}, {py_expr(sympy.sympify(offset) + start)})"
         buf = self.prog.buffers[b]
         if (buf.offset == 0 and offset == 0 and list(size) == list(buf.size) and list(stride) == list(buf.stride)
                 and b not in self.in_mems):
             return b  # the base tensor has this layout already
-        return f"view({b}, {_shape(size)}, {_shape(stride)}, {_py(offset)})"
+        return f"view({b}, {py_shape(size)}, {py_shape(stride)}, {py_expr(offset)})"
 
     def _extern_call(self, step: ExternNode) -> None:
         prog, w = self.prog, self.w
 
-        def arg(a: Any) -> str:
-            if isinstance(a, TensorArg):
-                return self._view(a.buffer, a.size, a.stride, a.offset)
-            if isinstance(a, (list, tuple)):
-                inner = [arg(x) for x in a]
-                return "[" + ", ".join(inner) + "]" if isinstance(a, list) else "(" + "".join(x + ", " for x in inner) + ")"
-            return _literal(w, a)
-
-        call_args = [arg(a) for a in step.args] + [f"{k}={arg(v)}" for k, v in step.kwargs.items()]
+        call_args = w.extern_args(step, lambda a: self._view(a.buffer, a.size, a.stride, a.offset))
         for b in step.outputs:
             if b not in prog.buffers:
                 raise CodegenError(f"extern call {step.name} writes {b}, which the program does not declare")
@@ -306,22 +235,21 @@ class _Gen:
             w.line(f"{fn}({', '.join(call_args + [f'{self.out_name[step.name]}={out}'])})  # {step.kind} {step.name}")
             return
         fn = w.op(step.op)
-        w.line(f"result = {fn}({', '.join(call_args)})  # {step.kind} {step.name}")
-        w.line("results = list(result) if isinstance(result, (tuple, list)) else [result]")
+        w.call_extern(fn, call_args, step)
         for i, b in zip(step.result_positions(), step.outputs):
             buf = prog.buffers[b]
             if b in self.bound_results and buf.offset == 0:
-                w.line(f"{b} = conform(results[{i}], {_shape(buf.size)}, {_shape(buf.stride)})")
+                w.line(f"{b} = conform(results[{i}], {py_shape(buf.size)}, {py_shape(buf.stride)})")
             else:
                 if b in self.bound_results:
-                    w.line(f"{b} = torch.empty({_py(buf.storage_numel)}, dtype=torch.{buf.dtype})")
+                    w.line(f"{b} = torch.empty({py_expr(buf.storage_numel)}, dtype=torch.{buf.dtype})")
                 w.line(f"{self._view(b, buf.size, buf.stride, buf.offset)}.copy_(results[{i}])")
 
     def _return(self) -> None:
         outs = []
         for o in self.prog.outputs:
             if isinstance(o, Constant):
-                outs.append(_literal(self.w, o.value))
+                outs.append(self.w.literal(o.value))
                 continue
             buf = self.prog.buffers[o]
             if buf.is_input or buf.offset != 0 or o not in self.own:

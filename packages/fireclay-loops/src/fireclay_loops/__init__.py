@@ -12,6 +12,9 @@ Entry points::
 Importing the package registers the ``loops`` dialect with fireclay-ir.
 ``fireclay_loops.reference.run(scheduled, *tensors)`` runs a scheduled program with torch (the
 ``torch`` extra); importing this package never imports torch.
+Code generators share ``fireclay_loops.codegen_support`` (wrapper and kernel text that follows
+from the scheduled program alone) and ``fireclay_loops.runtime_support`` (the tensor helpers a
+generated wrapper runs with; needs torch).
 """
 
 __version__ = "0.1.0"

@@ -23,6 +23,7 @@ from fireclay_loops.errors import SchedulingError
 from fireclay_loops.ir import Constant, ExternNode, LoopProgram, TensorArg
 from fireclay_loops.kernel import Kernel
 from fireclay_loops.report import ScheduledProgram
+from fireclay_loops.runtime_support import aten_op
 
 DTYPE = {name: getattr(torch, name) for name in (
     "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
@@ -280,9 +281,7 @@ class _Runner:
                 return getattr(torch, a.name)
             return a
 
-        namespace, name = n.op.split("::", 1)
-        packet, _, overload = name.partition(".")
-        fn = getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
+        fn = aten_op(n.op, SchedulingError)
         result = fn(*arg(n.args), **{k: arg(v) for k, v in n.kwargs.items()})
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         for buf, k in zip(n.outputs, n.result_positions()):

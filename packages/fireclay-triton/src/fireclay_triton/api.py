@@ -17,7 +17,8 @@ from typing import Any
 import sympy
 import torch
 
-from fireclay_loops import LoopProgram, ScheduledProgram, lower, schedule
+from fireclay_loops import ScheduledProgram
+from fireclay_loops.codegen_support import to_scheduled
 from fireclay_triton import precompile, runtime
 from fireclay_triton.autotune import TuningCache
 from fireclay_triton.config import Config, config, interpreting
@@ -27,15 +28,6 @@ from fireclay_triton.prelude import header
 from fireclay_triton.wrapper_codegen import generate_wrapper
 
 log = logging.getLogger("fireclay_triton")
-
-
-def to_scheduled(program: Any) -> ScheduledProgram:
-    """An aten-dialect ``fireclay_ir.Program``, a ``LoopProgram`` or a ``ScheduledProgram``, scheduled."""
-    if isinstance(program, ScheduledProgram):
-        return program
-    if isinstance(program, LoopProgram):
-        return schedule(program)
-    return schedule(lower(program))
 
 
 def generate_kernels(scheduled: ScheduledProgram, cfg: Config = config,

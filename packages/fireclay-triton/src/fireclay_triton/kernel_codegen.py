@@ -30,12 +30,14 @@ from dataclasses import dataclass, field
 import sympy
 
 from fireclay_loops import Kernel
-from fireclay_shapes import ValueRange, triton_code
+from fireclay_loops.codegen_support import KernelGenState
+from fireclay_shapes import triton_code
 from fireclay_triton.errors import CodegenError
 from fireclay_triton.prelude import BINARY_MATH, UNARY_MATH
 from fireclay_triton.tiling import (
     COLUMN_PERSISTENT_LIMIT,
     NotSplittable,
+    few_long_rows,
     finisher_source,
     reduces_columns,
     should_split,
@@ -46,8 +48,6 @@ TL = {"float64": "tl.float64", "float32": "tl.float32", "float16": "tl.float16",
       "int64": "tl.int64", "int32": "tl.int32", "int16": "tl.int16", "int8": "tl.int8", "uint8": "tl.uint8",
       "bool": "tl.int1"}
 INT32_LIMIT = 2**31 - 1
-_NONNEG = ValueRange(0, math.inf)
-_UNBOUNDED = ValueRange()
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
 
@@ -360,33 +360,27 @@ def _extreme(dtype: str, largest: bool) -> str:
     return str(2 ** (bits - 1) - 1) if largest else str(-(2 ** (bits - 1)))
 
 
-class _KernelGen:
+class _KernelGen(KernelGenState):
     def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str],
                  storage_numel: Callable[[str], sympy.Expr], interpret: bool, persistent_limit: int,
                  tiled: bool = False, columns: bool = False, split: bool = False):
-        self.kernel = kernel
+        super().__init__(kernel)
         self.storage_numel = storage_numel
         self.buffer_dtype = buffer_dtype
         self.interpret = interpret
         self.reducing = bool(kernel.rsizes)
         self.unit_shape = "[1, 1]" if self.reducing else "[1]"
-        self.buffers: dict[str, bool] = {}  # name -> written
-        self.symbols: set[str] = set()
-        self.indirect: dict[str, _Val] = {}
         self.internal: dict[str, _Val] = {}
         self.stored: dict[tuple[str, str], _Val] = {}  # (buffer, pointer text) -> value stored there
         self.cse: dict = {}
         self.roots: list[_Val] = []
         self.finals: list[_Val] = []  # reduction results of the stage being generated
         self.stage = 0
-        self.counter = 0
         self.main: list[str] = []  # the function body, as placed so far
         self.loop_marks: dict[int, list[int]] = {}  # looped stage -> [its "for" line, its loop's end] in main
         self.max_results: dict[_Val, tuple[_Val, int]] = {}  # max result -> (the value reduced, its stage)
         self._canon_memo: dict[_Val, str] = {}
-        self.sizes = {v.name: s for v, s in zip(kernel.xvars + kernel.rvars, kernel.xsizes + kernel.rsizes)}
         self.xnames = {v.name for v in kernel.xvars}
-        self.rnames = {v.name for v in kernel.rvars}
         rnumel = kernel.rnumel
         self.columns = columns
         if columns:
@@ -417,26 +411,10 @@ class _KernelGen:
                     extents.append(self.storage_numel(b))
         return any(not sympy.sympify(e).is_Integer or int(e) >= INT32_LIMIT for e in extents)
 
-    def fresh(self, prefix: str) -> str:
-        self.counter += 1
-        return f"{prefix}{self.counter}"
-
-    def use_buffer(self, buf: str, write: bool) -> None:
-        self.buffers[buf] = self.buffers.get(buf, False) or write
-
     def internal_value(self, buf: str) -> _Val:
         if buf not in self.internal:
             raise CodegenError(f"{buf} is read in {self.kernel.name} before the kernel computes it")
         return self.internal[buf]
-
-    def _range(self, s: sympy.Symbol) -> ValueRange:
-        name = s.name
-        if name in self.sizes:
-            n = self.sizes[name]
-            return ValueRange(0, int(n) - 1) if n.is_Integer and int(n) > 0 else _NONNEG
-        if name in self.indirect or name.startswith(("s", "ind")):
-            return _NONNEG
-        return _UNBOUNDED
 
     def index(self, expr) -> tuple[str, list[_Val], frozenset]:
         """Triton text of an index expression, the indirect values it reads, and its block axes."""
@@ -452,7 +430,7 @@ class _KernelGen:
                 dims |= self.indirect[s.name].dims
             else:
                 self.symbols.add(s.name)
-        return triton_code(expr, ranges=self._range), deps, frozenset(dims)
+        return triton_code(expr, ranges=self.symbol_range), deps, frozenset(dims)
 
     def size_text(self, expr) -> str:
         text, _, _ = self.index(expr)
@@ -786,9 +764,9 @@ def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str],
     if tiled is not None:
         return _KernelGen(tiled, buffer_dtype, storage_numel, interpret, persistent_limit, tiled=True).generate()
     columns = reduces_columns(kernel)
-    if columns and should_split(kernel):
+    if (columns and should_split(kernel)) or few_long_rows(kernel):
         try:
-            return _KernelGen(kernel, buffer_dtype, storage_numel, interpret, persistent_limit, columns=True,
+            return _KernelGen(kernel, buffer_dtype, storage_numel, interpret, persistent_limit, columns=columns,
                               split=True).generate()
         except NotSplittable:
             pass  # an epilogue or another reduction: one program per column block

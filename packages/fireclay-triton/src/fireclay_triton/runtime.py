@@ -11,6 +11,10 @@ from typing import Any
 
 import torch
 
+from fireclay_loops.runtime_support import CompiledCall, input_base
+from fireclay_loops.runtime_support import aten_op as shared_aten_op
+from fireclay_loops.runtime_support import conform as conform  # re-exported for the wrapper
+from fireclay_loops.runtime_support import view as view
 from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, next_pow2, tuning_key
 from fireclay_triton.config import interpreting
 from fireclay_triton.errors import InputError, TritonBackendError
@@ -26,19 +30,7 @@ def as_base(t: Any, name: str, dtype: torch.dtype, size: tuple, stride: tuple, o
     # the common case first, in as few attribute reads as possible: this runs per input per call
     if offset == 0 and t.__class__ in _PLAIN_TENSORS and t.dtype is dtype and t.shape == size and t.stride() == stride:
         return t
-    if not isinstance(t, torch.Tensor):
-        raise InputError(f"input {name!r} should be a tensor, got {type(t).__name__}")
-    if t.dtype != dtype or t.dim() != len(size):
-        raise InputError(f"input {name!r} is {t.dtype} {tuple(t.shape)}; the program was compiled for "
-                         f"{dtype} {tuple(size)}: compile again for these inputs")
-    if tuple(t.shape) != tuple(size):
-        raise InputError(f"input {name!r} has shape {tuple(t.shape)}, the program was compiled for {tuple(size)}")
-    same = all(n <= 1 or a == b for n, a, b in zip(size, t.stride(), stride))
-    if same and t.storage_offset() >= offset:
-        return t if offset == 0 else t.as_strided((1,), (1,), t.storage_offset() - offset)
-    flat = torch.empty(max(storage_numel, 1), dtype=dtype, device=t.device)
-    flat.as_strided(size, stride, offset).copy_(t)
-    return flat
+    return input_base(t, name, dtype, size, stride, offset, storage_numel, InputError)
 
 
 def pick_device(*inputs: Any) -> torch.device:
@@ -57,24 +49,8 @@ def typed(mem: torch.Tensor, dtype: torch.dtype, numel: int) -> torch.Tensor:
     return mem[: numel * torch.empty((), dtype=dtype).element_size()].view(dtype)
 
 
-def view(base: torch.Tensor, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
-    return base.as_strided(size, stride, base.storage_offset() + offset)
-
-
-def conform(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
-    """An extern call's result with the layout the kernels index it by (copied only if needed)."""
-    if tuple(t.shape) == tuple(size) and all(n <= 1 or a == b for n, a, b in zip(size, t.stride(), stride)):
-        return t
-    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
-
-
 def aten_op(name: str) -> Callable:
-    namespace, rest = name.split("::", 1)
-    packet, _, overload = rest.partition(".")
-    try:
-        return getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
-    except AttributeError as e:
-        raise TritonBackendError(f"extern call to {name}: torch {torch.__version__} has no such operator") from e
+    return shared_aten_op(name, TritonBackendError)
 
 
 def split_shape(cfg: LaunchConfig, numel: int, rnumel: int, sms: int) -> tuple[int, int, int]:
@@ -241,40 +217,25 @@ class Launcher:
         self._run(self.config_for(args, numel, rnumel), args, numel, rnumel)
 
 
-class CompiledProgram:
+class CompiledProgram(CompiledCall):
     """A scheduled program compiled to Triton: call it with tensors, get a tuple of tensors.
 
     ``wrapper_source`` and ``kernel_source`` are the generated text; ``dump(folder)`` writes them
-    (with the schedule) for reading.
+    (``wrapper.py``, ``kernels.py``, ``schedule.txt``) for reading.
     """
+
+    input_error = InputError
 
     def __init__(self, scheduled, wrapper_source: str, kernel_source: str, kernels: list, call: Callable[..., tuple],
                  launchers: dict[str, Launcher]):
-        self.scheduled = scheduled
-        self.wrapper_source = wrapper_source
+        super().__init__(scheduled, wrapper_source, call)
         self.kernel_source = kernel_source
         self.kernels = kernels
         self.launchers = launchers
-        self._call = call
         # what compiling the kernels ahead did (a precompile.PrecompileReport; None when nothing
         # was compiled ahead: the interpreter, no GPU, or FIRECLAY_TRITON_PRECOMPILE=0)
         self.precompile_report = None
 
-    def __call__(self, *inputs: Any) -> tuple:
-        if len(inputs) != len(self.scheduled.program.inputs):
-            raise InputError(f"the compiled program takes {len(self.scheduled.program.inputs)} inputs, "
-                             f"got {len(inputs)}")
-        return self._call(*inputs)
-
-    def dump(self, folder: str) -> list[str]:
-        """Write ``wrapper.py``, ``kernels.py`` and ``schedule.txt`` into ``folder``."""
-        os.makedirs(folder, exist_ok=True)
-        files = {"wrapper.py": self.wrapper_source, "kernels.py": self.kernel_source,
-                 "schedule.txt": str(self.scheduled) + "\n"}
-        paths = []
-        for name, text in files.items():
-            path = os.path.join(folder, name)
-            with open(path, "w") as f:
-                f.write(text)
-            paths.append(path)
-        return paths
+    def source_files(self) -> dict[str, str]:
+        return {"wrapper.py": self.wrapper_source, "kernels.py": self.kernel_source,
+                "schedule.txt": str(self.scheduled) + "\n"}

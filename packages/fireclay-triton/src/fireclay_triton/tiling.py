@@ -106,6 +106,19 @@ def should_split(kernel: Kernel) -> bool:
     return int(n) <= SPLIT_MAX_OUTER and int(r) >= max(SPLIT_MIN_REDUCTION, 4 * int(n))
 
 
+# A contiguous reduction with this few outer points (a sum to a scalar, a loss) would run on at
+# most this many programs, leaving most of a GPU idle while each loops over the whole row: split.
+FEW_ROWS = 64
+LONG_ROW = 32768
+
+
+def few_long_rows(kernel: Kernel) -> bool:
+    n, r = kernel.numel, kernel.rnumel
+    if not kernel.rsizes or not (n.is_Integer and r.is_Integer):
+        return False
+    return int(n) <= FEW_ROWS and int(r) >= LONG_ROW
+
+
 def finisher_source(name: str, params: list[str], xdefs: list[str], stores: list[tuple[str, str]],
                     index64: bool) -> str:
     """The kernel that adds a split kernel's partials (``ws[k, split, x]``) and stores result

@@ -11,71 +11,14 @@ the buffers are typed views of.
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-import sympy
-
-from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram, TensorArg
-from fireclay_shapes import python_code
+from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram
+from fireclay_loops.codegen_support import WrapperText, py_expr, py_shape
 from fireclay_triton.errors import CodegenError
 from fireclay_triton.kernel_codegen import KernelSource
 
 
-def _py(e: Any) -> str:
-    return python_code(sympy.sympify(e))
-
-
-def _shape(items) -> str:
-    inner = ", ".join(_py(x) for x in items)
-    return f"({inner},)" if len(items) == 1 else f"({inner})"
-
-
-class WrapperSource:
+class WrapperSource(WrapperText):
     """Generated wrapper text, plus the objects its namespace needs (constants, aten ops)."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.namespace_ops: dict[str, str] = {}  # variable -> aten op name
-        self.constants: dict[str, Any] = {}
-
-    def line(self, text: str, depth: int = 1) -> None:
-        self.lines.append("    " * depth + text)
-
-    def op(self, name: str) -> str:
-        var = "op_" + name.replace("::", "_").replace(".", "_")
-        self.namespace_ops[var] = name
-        return var
-
-    def constant(self, value: Any) -> str:
-        var = f"const{len(self.constants)}"
-        self.constants[var] = value
-        return var
-
-    @property
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
-
-
-def _literal(w: WrapperSource, a: Any) -> str:
-    if isinstance(a, sympy.Basic):
-        return _py(a)
-    if a is None or isinstance(a, (bool, int, str)):
-        return repr(a)
-    if isinstance(a, float):
-        return repr(a) if math.isfinite(a) else f"float({str(a)!r})"
-    if isinstance(a, list):
-        return "[" + ", ".join(_literal(w, x) for x in a) + "]"
-    if isinstance(a, tuple):
-        return "(" + "".join(_literal(w, x) + ", " for x in a) + ")"
-    kind = type(a).__name__
-    if kind == "DType":
-        return f"torch.{a.name}"
-    if kind == "Device":
-        return f"torch.device({a.name!r})"
-    if kind in ("Layout", "MemoryFormat"):
-        return f"torch.{a.name}"
-    return w.constant(a)
 
 
 def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSource]) -> WrapperSource:
@@ -96,22 +39,13 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
               and plan.lifetimes.get(b, (k,))[0] == k}  # the extern call is the buffer's first writer
     owners = {a: [b for b in bs if b not in alone] for a, bs in owners.items()}
     w.lines.append(f"def call({', '.join(prog.inputs)}):")
-    bound: set[str] = set()
-    for name in prog.inputs:
-        for d, s in enumerate(prog.buffers[name].size):
-            if isinstance(s, sympy.Symbol) and s.name not in bound:
-                w.line(f"{s.name} = {name}.shape[{d}]")
-                bound.add(s.name)
-    for s, hint in sorted(prog.symbols.items()):
-        if s not in bound and hint is not None:
-            w.line(f"{s} = {int(hint)}  # not an input size: its hint")
-            bound.add(s)
+    w.bind_sizes(prog)
     # every buffer lives on the inputs' device (programs traced on meta tensors may say "cpu")
     w.line(f"device = pick_device({', '.join(n for n in prog.inputs)}{',' if len(prog.inputs) == 1 else ''})")
     for name in prog.inputs:
         buf = prog.buffers[name]
-        w.line(f"{name} = as_base({name}, {name!r}, torch.{buf.dtype}, {_shape(buf.size)}, {_shape(buf.stride)}, "
-               f"{_py(buf.offset)}, {_py(buf.storage_numel)})")
+        w.line(f"{name} = as_base({name}, {name!r}, torch.{buf.dtype}, {py_shape(buf.size)}, {py_shape(buf.stride)}, "
+               f"{py_expr(buf.offset)}, {py_expr(buf.storage_numel)})")
     mems: set[str] = set()
     # the step after which an allocation's last buffer dies (allocations holding an output or a
     # kept input never die); until then a freed buffer's memory waits for the next buffer the plan
@@ -129,19 +63,19 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
                 continue  # bound to the extern call's result below
             device = "device=device"
             if b in alone:
-                w.line(f"{b} = torch.empty_strided({_shape(buf.size)}, {_shape(buf.stride)}, "
+                w.line(f"{b} = torch.empty_strided({py_shape(buf.size)}, {py_shape(buf.stride)}, "
                        f"dtype=torch.{buf.dtype}, {device})")
                 continue
             a = plan.buffer_allocation[b]
             if a not in mems:
-                w.line(f"{a} = torch.empty({_py(plan.allocations[a].nbytes)}, dtype=torch.uint8, {device})")
+                w.line(f"{a} = torch.empty({py_expr(plan.allocations[a].nbytes)}, dtype=torch.uint8, {device})")
                 mems.add(a)
-            w.line(f"{b} = typed({a}, torch.{buf.dtype}, {_py(buf.storage_numel)})")
+            w.line(f"{b} = typed({a}, torch.{buf.dtype}, {py_expr(buf.storage_numel)})")
         if isinstance(step, Kernel):
             src = kernels[step.name]
-            args = src.buffers + src.symbols + [f"numel={_py(src.numel)}"]
+            args = src.buffers + src.symbols + [f"numel={py_expr(src.numel)}"]
             if src.kind != "pointwise":
-                args.append(f"rnumel={_py(src.rnumel)}")
+                args.append(f"rnumel={py_expr(src.rnumel)}")
             w.line(f"{step.name}({', '.join(args)})  # {src.kind}")
         else:
             _extern_call(w, step, prog, alone)
@@ -156,36 +90,32 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
     outs = []
     for o in prog.outputs:
         if isinstance(o, Constant):
-            outs.append(_literal(w, o.value))
+            outs.append(w.literal(o.value))
             continue
         buf = prog.buffers[o]
         if buf.is_input or o not in alone:
-            outs.append(f"view({o}, {_shape(buf.size)}, {_shape(buf.stride)}, {_py(buf.offset)})")
+            outs.append(_view(o, buf.size, buf.stride, buf.offset))
         else:
             outs.append(o)
     w.line("return (" + "".join(f"{x}, " for x in outs) + ")")
     return w
 
 
-def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str]) -> None:
-    def arg(a: Any) -> str:
-        if isinstance(a, TensorArg):
-            return f"view({a.buffer}, {_shape(a.size)}, {_shape(a.stride)}, {_py(a.offset)})"
-        if isinstance(a, (list, tuple)):
-            inner = [arg(x) for x in a]
-            return "[" + ", ".join(inner) + "]" if isinstance(a, list) else "(" + "".join(x + ", " for x in inner) + ")"
-        return _literal(w, a)
+def _view(b: str, size, stride, offset) -> str:
+    """A tensor expression for a strided view of buffer ``b`` (at its index 0 + ``offset``)."""
+    return f"view({b}, {py_shape(size)}, {py_shape(stride)}, {py_expr(offset)})"
 
-    call_args = [arg(a) for a in step.args] + [f"{k}={arg(v)}" for k, v in step.kwargs.items()]
+
+def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str]) -> None:
+    call_args = w.extern_args(step, lambda a: _view(a.buffer, a.size, a.stride, a.offset))
     fn = w.op(step.op)
-    w.line(f"result = {fn}({', '.join(call_args)})  # {step.kind} {step.name}")
-    w.line("results = list(result) if isinstance(result, (tuple, list)) else [result]")
+    w.call_extern(fn, call_args, step)
     for i, b in zip(step.result_positions(), step.outputs):
         buf = prog.buffers.get(b)
         if buf is None:
             raise CodegenError(f"extern call {step.name} writes {b}, which the program does not declare")
         if b in alone:
-            w.line(f"{b} = conform(results[{i}], {_shape(buf.size)}, {_shape(buf.stride)})")
+            w.line(f"{b} = conform(results[{i}], {py_shape(buf.size)}, {py_shape(buf.stride)})")
         else:
-            w.line(f"view({b}, {_shape(buf.size)}, {_shape(buf.stride)}, {_py(buf.offset)}).copy_(results[{i}])")
+            w.line(f"{_view(b, buf.size, buf.stride, buf.offset)}.copy_(results[{i}])")
     w.line("del result, results  # an extern result must not outlive its buffer")

@@ -1,0 +1,104 @@
+"""Tensor helpers every generated wrapper of a scheduled program runs with, whatever its target:
+an input taken as the base tensor of its buffer's layout, strided views of a base, an extern
+call's result in the layout the kernels index it by, aten operators by name, and the
+compiled program a caller holds.
+
+A buffer is held at run time as a *base* tensor whose ``data_ptr()`` is the buffer's index 0
+(the origin of its index expressions); views are ``as_strided`` of the base.
+
+Needs torch (the ``torch`` extra); ``import fireclay_loops`` does not import this module.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def same_strides(size, strides, expected) -> bool:
+    """Whether ``strides`` address a tensor of ``size`` as ``expected`` do (the stride of a
+    dimension of extent 0 or 1 never matters)."""
+    return all(n <= 1 or a == b for n, a, b in zip(size, strides, expected))
+
+
+def input_base(t: Any, name: str, dtype: torch.dtype, size: tuple, stride: tuple, offset: int, storage_numel: int,
+               error: type[Exception], device_type: str | None = None) -> torch.Tensor:
+    """The input as a base tensor whose ``data_ptr()`` is index 0 of the buffer's layout; a copy
+    in that layout when the input's strides or offset differ from the compiled ones. An input
+    of another dtype, rank or shape (or, given ``device_type``, device) raises ``error``."""
+    if not isinstance(t, torch.Tensor):
+        raise error(f"input {name!r} should be a tensor, got {type(t).__name__}")
+    if t.dtype != dtype or t.dim() != len(size) or (device_type is not None and t.device.type != device_type):
+        got, compiled = (f" on {t.device}", f" on {device_type}") if device_type is not None else ("", "")
+        raise error(f"input {name!r} is {t.dtype} {tuple(t.shape)}{got}; the program was compiled for "
+                    f"{dtype} {tuple(size)}{compiled}: compile again for these inputs")
+    if tuple(t.shape) != tuple(size):
+        raise error(f"input {name!r} has shape {tuple(t.shape)}, the program was compiled for {tuple(size)}")
+    if same_strides(size, t.stride(), stride) and t.storage_offset() >= offset:
+        # (a one-element view, as a zero-element one may report data_ptr() 0)
+        return t if offset == 0 else t.as_strided((1,), (1,), t.storage_offset() - offset)
+    flat = torch.empty(max(storage_numel, 1), dtype=dtype, device=t.device)
+    flat.as_strided(size, stride, offset).copy_(t)
+    # With no offset a wrapper may use the base itself as the tensor, so it has the buffer's
+    # layout (its data_ptr() is the same).
+    return flat.as_strided(size, stride, 0) if offset == 0 else flat
+
+
+def view(base: torch.Tensor, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
+    """The strided view of a buffer held as ``base``, at its index 0 + ``offset``."""
+    return base.as_strided(size, stride, base.storage_offset() + offset)
+
+
+def conform(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
+    """An extern call's result with the layout the kernels index it by (copied only if needed)."""
+    if tuple(t.shape) == tuple(size) and same_strides(size, t.stride(), stride):
+        return t
+    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
+def aten_op(name: str, error: type[Exception] = LookupError) -> Callable:
+    """The torch operator overload named ``namespace::packet[.overload]``; ``error`` when this
+    torch has none."""
+    namespace, rest = name.split("::", 1)
+    packet, _, overload = rest.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
+    except AttributeError as e:
+        raise error(f"extern call to {name}: torch {torch.__version__} has no such operator") from e
+
+
+class CompiledCall:
+    """A scheduled program compiled for some target: call it with tensors, get a tuple of tensors.
+    ``wrapper_source`` is the generated call sequence; ``dump(folder)`` writes it, the
+    schedule and the target's sources (``source_files``) for reading."""
+
+    input_error: type[Exception] = TypeError  # a target raises its own
+
+    def __init__(self, scheduled, wrapper_source: str, call: Callable[..., tuple]):
+        self.scheduled = scheduled
+        self.wrapper_source = wrapper_source
+        self._call = call
+
+    def __call__(self, *inputs: Any) -> tuple:
+        if len(inputs) != len(self.scheduled.program.inputs):
+            raise self.input_error(f"the compiled program takes {len(self.scheduled.program.inputs)} inputs, "
+                                   f"got {len(inputs)}")
+        return self._call(*inputs)
+
+    def source_files(self) -> dict[str, str]:
+        """File name -> text of what ``dump`` writes."""
+        return {"wrapper.py": self.wrapper_source, "schedule.txt": str(self.scheduled) + "\n"}
+
+    def dump(self, folder: str) -> list[str]:
+        """Write ``source_files()`` into ``folder``; returns their paths."""
+        os.makedirs(folder, exist_ok=True)
+        paths = []
+        for name, text in self.source_files().items():
+            path = os.path.join(folder, name)
+            with open(path, "w") as f:
+                f.write(text)
+            paths.append(path)
+        return paths
