@@ -35,6 +35,19 @@ RECOMPUTABLE_OPS: frozenset[str] = frozenset({
 })
 
 
+# Ops whose result is a view of their input: the same bytes as the base, so saving the base costs
+# as much. Ties go to the base, with the view redone in the backward: a saved view (a transposed
+# weight, say) reaches the backward in whatever layout the forward's code generator gave it, and
+# a backward compiled for the view's strides would have to copy it on every call.
+VIEW_OPS: frozenset[str] = frozenset({
+    "aten::view.default", "aten::alias.default", "aten::permute.default", "aten::expand.default",
+    "aten::slice.Tensor", "aten::select.int", "aten::unsqueeze.default", "aten::squeeze.dim",
+    "aten::squeeze.dims", "aten::diagonal.default", "aten::as_strided.default", "aten::t.default",
+    "aten::transpose.int",
+})
+_VIEW_PENALTY = 1.05
+
+
 def is_recomputable(op: str) -> bool:
     """Whether the partitioner may redo ``op`` in the backward instead of saving its result."""
     if op in RECOMPUTABLE_OPS:
@@ -135,10 +148,12 @@ def _min_cut(graph: Graph, primals: list[Value], tangent_dependent: set[Value], 
     primal_set = set(primals)
     bw_needed = _ancestors(graph, bw_outputs)
 
-    def add_value(v: Value, pinned_forward: bool) -> None:
+    def add_value(v: Value, pinned_forward: bool, view: bool = False) -> None:
         # A value the forward computes anyway costs only its bytes to keep; one the forward
         # would compute just to save it costs a little more, so ties go to recomputing it.
         penalty = 1.0 if (v in fw_required or v in primal_set) else 1.1
+        if view:
+            penalty *= _VIEW_PENALTY
         flow.add_edge(("in", v), ("out", v), capacity=float(max(nbytes(v.meta, hints), 1)) * penalty)
         if pinned_forward:
             flow.add_edge("source", ("in", v))
@@ -154,7 +169,7 @@ def _min_cut(graph: Graph, primals: list[Value], tangent_dependent: set[Value], 
             continue
         pinned = not is_recomputable(node.op) and not any(o in tangent_dependent for o in node.outputs)
         for o in tensors:
-            add_value(o, pinned and o not in tangent_dependent)
+            add_value(o, pinned and o not in tangent_dependent, view=node.op in VIEW_OPS)
             for u in node.inputs():
                 if u.is_tensor and u in bw_needed:
                     flow.add_edge(("out", u), ("in", o))
