@@ -68,3 +68,20 @@ def test_inserting_before_places_nodes():
 def test_malformed_pieces_raise_ir_error(make, message):
     with pytest.raises(IRError, match=message):
         make()
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_bind_inputs_takes_user_values_and_held_weights(held):
+    from fireclay_ir import Weight, bind_inputs
+
+    g = Graph("main")
+    x = g.add_input("x", _meta(4))
+    w = g.add_input("w", _meta(4), InputSpec("parameter", "fc.w"))
+    y = g.add_input("y", _meta(4))
+    g.set_outputs([g.call("aten::add.Tensor", [x, w], out=_meta(4)), y])
+    program = Program(graphs={"main": g}, weights={"fc.w": Weight(_meta(4), b"data" if held else None)})
+    if held:
+        assert bind_inputs(program, ["X", "Y"]) == ["X", b"data", "Y"]
+    else:
+        with pytest.raises(KeyError, match=r"%w is the parameter 'fc.w'.*holds no data.*try again"):
+            bind_inputs(program, ["X", "Y"], error=KeyError, hint="try again")

@@ -24,7 +24,6 @@ from fireclay_autograd.api import (  # noqa: E402
     aot_backend,
     aot_graphs,
     compile_program,
-    dynamo_backend,
     interpreter_backend,
     ir_interpreter_backend,
     trace_to_aten,
@@ -37,6 +36,7 @@ from fireclay_autograd.artifacts import (  # noqa: E402
     loads_artifact,
 )
 from fireclay_autograd.core_ops import CORE_OPS, is_core  # noqa: E402
+from fireclay_autograd.dynamo_backend import dynamo_backend  # noqa: E402
 from fireclay_autograd.functionalize import functionalize  # noqa: E402
 from fireclay_autograd.partition import Partition, SavedTensor, is_recomputable, partition  # noqa: E402
 from fireclay_autograd.runtime import DoubleBackwardError  # noqa: E402

@@ -21,7 +21,7 @@ from fireclay_autograd.executor import run_program
 from fireclay_autograd.joint import TracedGraph, trace_forward, trace_joint
 from fireclay_autograd.partition import Partition, partition
 from fireclay_autograd.runtime import InferenceRuntime, OutputPlan, TrainingRuntime
-from fireclay_ir import IRError, Program, Weight
+from fireclay_ir import IRError, Program, Weight, bind_inputs
 
 Backend = Callable[[Program, list[torch.Tensor]], Callable[..., Sequence[Any]]]
 
@@ -68,18 +68,7 @@ def _bind_inputs(program: Program, example_inputs: Sequence[Any]) -> tuple[list[
     if len(example_inputs) != len(user_positions):
         raise IRError(f"the program takes {len(user_positions)} user inputs "
                       f"({', '.join('%' + graph.inputs[i].name for i in user_positions)}), got {len(example_inputs)}")
-    bound: list[Any] = []
-    examples = iter(example_inputs)
-    for v, spec in zip(graph.inputs, graph.input_specs):
-        if spec.kind == "user":
-            bound.append(next(examples))
-            continue
-        weight = program.weights.get(spec.target)
-        if weight is None or weight.data is None:
-            raise IRError(f"input %{v.name} is the {spec.kind} {spec.target!r}, but the program holds no data "
-                          f"for it; load the program with its weights or pass every input explicitly")
-        bound.append(weight.data)
-    return bound, user_positions
+    return bind_inputs(program, list(example_inputs)), user_positions
 
 
 def trace_to_aten(program: Program, example_inputs: Sequence[Any]) -> Program:
@@ -275,20 +264,5 @@ def aot_backend(fw_compiler: Backend | None = None, bw_compiler: Backend | None 
     def backend(program: Program, example_inputs: list[torch.Tensor]) -> Callable[..., Sequence[Any]]:
         return compile_program(program, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                                partitioner=partitioner)
-
-    return backend
-
-
-def dynamo_backend(fw_compiler: Backend | None = None, bw_compiler: Backend | None = None, *,
-                   partitioner: str = "min_cut") -> Callable[[Any, list[torch.Tensor]], Callable[..., Any]]:
-    """A TorchDynamo backend (``torch.compile(model, backend=dynamo_backend())``): the fx graph
-    becomes a torch-dialect Program through fireclay-ir's fx interop, then runs this stage."""
-    from fireclay_ir import from_fx
-
-    def backend(graph_module: Any, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
-        program = from_fx(graph_module, example_inputs)
-        compiled = compile_program(program, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
-                                   partitioner=partitioner)
-        return lambda *args: compiled(*args)
 
     return backend

@@ -50,6 +50,7 @@ __all__ += [
 
 # Semantics: op registries, verifier, passes, reference interpreter, torch.fx interop (the last
 # two import torch only when called).
+from fireclay_ir.binding import bind_inputs  # noqa: E402
 from fireclay_ir.dialects import (  # noqa: E402
     Argument,
     Dialect,
@@ -66,7 +67,7 @@ from fireclay_ir.passes import GENERIC_PIPELINE, PassManager, Pattern  # noqa: E
 from fireclay_ir.verifier import VerificationError, check_boundary, verify, verify_at_boundaries  # noqa: E402
 
 __all__ += [
-    "Argument", "Dialect", "FxConversionError", "GENERIC_PIPELINE", "Interpreter", "InterpreterError", "OpDef",
+    "Argument", "bind_inputs", "Dialect", "FxConversionError", "GENERIC_PIPELINE", "Interpreter", "InterpreterError", "OpDef",
     "PassManager", "Pattern", "Return", "VerificationError", "check_boundary", "evaluate_symexpr", "from_fx",
     "get_dialect", "interpret", "lookup_op", "register_callable", "register_dialect", "to_fx", "verify",
     "verify_at_boundaries",

@@ -178,7 +178,7 @@ class _FromFx:
             elif node.op == "call_module":
                 mod = gm.get_submodule(node.target)
                 if not node.users and node.target.startswith("_guards"):
-                    continue  # torch.export's input guard checks: facts for the capturer, no value
+                    continue  # exported graphs' input guard checks: facts for the capturer, no value
                 ir[node], metas[node] = self._inline_module(mod, node, ir, metas, graph, prefix)
             elif node.op in ("call_function", "call_method"):
                 ir[node], metas[node] = self._call(gm, node, ir, metas, graph, prefix)
@@ -189,7 +189,7 @@ class _FromFx:
         raise FxConversionError("the fx graph has no output node")
 
     def _known_val(self, node: Any) -> Any:
-        # "val": torch.export / make_fx graphs; "example_value": TorchDynamo's graphs.
+        # "val": exported and make_fx graphs; "example_value": TorchDynamo's graphs (baseline-ok: fx interop reads them).
         val = node.meta.get("val", node.meta.get("example_value"))
         if val is None:
             val = _tensor_meta_val(node)
@@ -240,7 +240,7 @@ class _FromFx:
             raise FxConversionError(
                 f"call_module {node.target!r} ({type(mod).__name__}) could not be inlined: torch.fx cannot "
                 f"trace it ({type(exc).__name__}: {str(exc).splitlines()[0]}); export the model with "
-                "torch.export instead, or trace it with a Tracer that does not keep it a leaf") from exc
+                "torch.export instead, or trace it with a Tracer that does not keep it a leaf") from exc  # baseline-ok: advice to the user
         if node.kwargs:
             raise FxConversionError(f"call_module {node.target!r} with keyword arguments is not supported")
         inputs = [(self._arg(a, ir), self._arg(a, metas)) for a in node.args]

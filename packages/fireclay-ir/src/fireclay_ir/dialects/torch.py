@@ -37,7 +37,7 @@ ROOTS: dict[str, str] = {
 # Public names that reach outside the tensor world (files, pickles, process state, arbitrary
 # callables): never ops, whatever a document says.
 DENIED: frozenset[str] = frozenset({
-    "torch.load", "torch.save", "torch.from_file", "torch.compile", "torch.export", "torch.jit",
+    "torch.load", "torch.save", "torch.from_file", "torch.compile", "torch.export", "torch.jit",  # baseline-ok: refused names, never called
     "torch.manual_seed", "torch.seed", "torch.set_default_device", "torch.set_default_dtype",
     "torch.set_default_tensor_type", "torch.set_grad_enabled", "torch.set_num_threads",
     "torch.set_printoptions", "torch.use_deterministic_algorithms", "torch.set_rng_state",

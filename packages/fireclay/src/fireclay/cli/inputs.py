@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from fireclay_ir import Program, TensorMeta, evaluate_symexpr
+from fireclay_ir import Program, TensorMeta, bind_inputs, evaluate_symexpr
 from fireclay_ir.safetensors_io import raw_to_tensor, read_safetensors, tensor_to_raw, write_safetensors
 
 GENERATORS = ("randn", "rand", "zeros", "ones", "randint")
@@ -109,19 +109,8 @@ def user_inputs(program: Program) -> list:
 
 def bind_weights(program: Program, values: list[Any]) -> list[Any]:
     """Every entry-graph input: ``values`` for the user inputs, weight data for the others."""
-    graph = program.main
-    given = iter(values)
-    bound = []
-    for v, spec in zip(graph.inputs, graph.input_specs):
-        if spec.kind == "user":
-            bound.append(next(given))
-            continue
-        weight = program.weights.get(spec.target)
-        if weight is None or weight.data is None:
-            raise InputSpecError(f"input %{v.name} is the {spec.kind} {spec.target!r}, but no data for it was "
-                                 "saved beside the program (its .fcir.safetensors file)")
-        bound.append(weight.data)
-    return bound
+    return bind_inputs(program, values, error=InputSpecError,
+                       hint="no data for it was saved beside the program (its .fcir.safetensors file)")
 
 
 def _size(dim: Any, program: Program) -> int:

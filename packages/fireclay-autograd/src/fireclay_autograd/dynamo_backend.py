@@ -1,0 +1,26 @@
+"""The adapter that lets TorchDynamo drive this stage: its fx graphs become torch-dialect
+Programs through fireclay-ir's fx interop (``torch.compile(model, backend=dynamo_backend())``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from fireclay_autograd.api import Backend, compile_program
+
+
+def dynamo_backend(fw_compiler: Backend | None = None, bw_compiler: Backend | None = None, *,
+                   partitioner: str = "min_cut") -> Callable[[Any, list[torch.Tensor]], Callable[..., Any]]:
+    """A TorchDynamo backend running this stage (and ``fw_compiler``/``bw_compiler``) on the fx
+    graphs TorchDynamo captures."""
+    from fireclay_ir import from_fx
+
+    def backend(graph_module: Any, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        program = from_fx(graph_module, example_inputs)
+        compiled = compile_program(program, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                                   partitioner=partitioner)
+        return lambda *args: compiled(*args)
+
+    return backend
