@@ -211,9 +211,10 @@ def test_report_lists_counts_bytes_and_reasons():
     assert "fuse op0 + op1 (vertical)" in text
 
 
-def test_value_needed_by_a_later_reduction_loop_is_stored():
+def test_value_needed_by_a_later_reduction_loop_is_recomputed_there():
     # In eager's decomposition of softmax, exp(x - max) feeds the sum (loop 1) and the division
-    # (loop 2, after the sum is known): a looped reduction cannot keep it in registers.
+    # (loop 2, after the sum is known): a looped reduction cannot keep it in registers, and the
+    # division's loop computes it again from x and the max rather than reading it from memory.
     h = Hand()
     x = h.input("x", 4, 8)
     s = schedule(lower(h.program(softmax_decomposed(h, x, 4, 8))))
@@ -221,7 +222,7 @@ def test_value_needed_by_a_later_reduction_loop_is_stored():
     stages = {kn.node.name: kn.stage for kn in k.nodes}
     assert stages == {"op0": 0, "op1": 1, "op2": 1, "op3": 1, "op4": 2}
     exp_buffer = k.nodes[2].node.write_buffers()[0]
-    assert exp_buffer not in k.internal and exp_buffer in s.plan.buffer_allocation
+    assert exp_buffer in k.internal and exp_buffer not in s.plan.buffer_allocation
     assert k.nodes[1].node.write_buffers()[0] in k.internal  # x - max: used in its own loop only
 
 
@@ -285,3 +286,29 @@ def test_chains_of_recomputed_producers():
     s, k, _ = kernels(h.program(c))
     assert k == 1
     assert "load(in_x, 6*x0 + x1)" in str(s)  # flipped twice: back where it started
+
+
+def test_scaled_input_of_a_softmax_is_recomputed_by_each_loop_not_stored():
+    # softmax(x * 2): the max, the sum and the normalisation each read the product at the point
+    # they are at; a short pointwise writer, so each loop over r computes it again
+    h = Hand()
+    x = h.input("x", 16, 32)
+    y = h.op("mul.Tensor", x, 2.0, out=t(16, 32))
+    s, k, _ = kernels(h.program(h.op("_softmax.default", y, 1, False, out=t(16, 32))))
+    assert k == 1
+    (kernel,) = s.kernels
+    product = kernel.nodes[0].node.write_buffers()[0]
+    assert product in kernel.internal and product not in s.plan.buffer_allocation
+
+
+def test_a_buffer_read_at_another_point_by_a_later_loop_is_stored():
+    # x * 2 read transposed by the normalisation: a later loop needs it at another point
+    h = Hand()
+    x = h.input("x", 8, 8)
+    y = h.op("mul.Tensor", x, 2.0, out=t(8, 8))
+    m = h.op("amax.default", y, [1], True, out=t(8, 1))
+    z = h.op("sub.Tensor", h.op("t.default", y, out=t(8, 8)), m, out=t(8, 8))
+    s, _, _ = kernels(h.program(z))
+    written = {b for kern in s.kernels for kn in kern.nodes for b, _, _ in kn.writes()}
+    stored = written - {b for kern in s.kernels for b in kern.internal}
+    assert len(stored) >= 2  # the product and the result

@@ -10,6 +10,7 @@ overhead.
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -57,20 +58,26 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("overhead.py needs a CUDA GPU")
     print(f"{torch.cuda.get_device_name()}: microseconds per call (median)")
-    header = f"{'program':24s} {'kernels':>7s} {'eager':>8s} {'fireclay':>9s} {'+cudagraphs':>12s}"
+    header = (f"{'program':24s} {'kernels':>7s} {'eager':>8s} {'fireclay':>9s} {'Triton launch':>14s} "
+              f"{'+cudagraphs':>12s}")
     print(header)
     print("-" * len(header))
     for rows, cols in ((8, 256), (64, 1024), (512, 4096)):
         program, shapes = block_program(rows, cols)
         inputs = [torch.randn(s, device="cuda") for s in shapes]
         compiled = compile_program(program, inputs)
+        # the same program launched through Triton's own fn[grid](...) on every launch
+        os.environ["FIRECLAY_TRITON_DIRECT_LAUNCH"] = "0"
+        plain = compile_program(program, inputs)
+        plain(*inputs)
+        del os.environ["FIRECLAY_TRITON_DIRECT_LAUNCH"]
         graphed = cudagraphify(compiled, inputs)
         want = eager_block(*inputs)
-        for got in (compiled(*inputs), graphed(*inputs), graphed(*inputs)):
+        for got in (compiled(*inputs), compiled(*inputs), plain(*inputs), graphed(*inputs), graphed(*inputs)):
             for g, w in zip(got, want):
                 torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
-        e, c, gr = (per_call_us(f, inputs) for f in (eager_block, compiled, graphed))
-        print(f"{f'block [{rows}x{cols}]':24s} {len(compiled.kernels):7d} {e:8.1f} {c:9.1f} {gr:12.1f}")
+        e, c, p, gr = (per_call_us(f, inputs) for f in (eager_block, compiled, plain, graphed))
+        print(f"{f'block [{rows}x{cols}]':24s} {len(compiled.kernels):7d} {e:8.1f} {c:9.1f} {p:14.1f} {gr:12.1f}")
 
 
 if __name__ == "__main__":

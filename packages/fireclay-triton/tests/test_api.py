@@ -37,6 +37,36 @@ def test_reduction_kind_follows_its_length(cols, kind):
     assert "libdevice" not in k.source  # exp and friends are tl builtins
 
 
+def _two_softmaxes_around_a_matmul():
+    """softmax(softmax(x) @ w): two kernels doing the same work on different buffers."""
+    b = AtenBuilder()
+    x = b.input(torch.empty(6, 6, device="meta"), "x")
+    w = b.input(torch.empty(6, 6, device="meta"), "w")
+    first = b.call("_softmax.default", x, 1, False)
+    return b.output(b.call("_softmax.default", b.call("mm.default", first, w), 1, False))
+
+
+def test_kernels_doing_the_same_work_share_one_function():
+    kernels = generate_kernels(schedule(lower(_two_softmaxes_around_a_matmul())), interpret=False)
+    assert len(kernels) == 2 and kernels[0].buffers != kernels[1].buffers
+    assert kernels[0].function == kernels[1].function and kernels[0].source == kernels[1].source
+    # buffer names never reach a kernel's text: its arguments are positional
+    assert not any(name in kernels[0].source for name in kernels[0].buffers)
+    # and the name follows from the text alone, whichever program and process made it
+    again = generate_kernels(schedule(lower(_two_softmaxes_around_a_matmul())), interpret=False)
+    assert again[0].function == kernels[0].function
+
+
+@interpreted
+def test_a_shared_function_runs_each_kernel_on_its_own_buffers(tmp_path):
+    program = _two_softmaxes_around_a_matmul()
+    compiled = compile_program(program, cfg=Config(cache_dir=str(tmp_path)))
+    (function,) = {k.function for k in compiled.kernels}
+    assert compiled.kernel_source.count(f"def {function}(") == 1 and len(compiled.kernels) == 2
+    x, w = torch.randn(6, 6), torch.randn(6, 6)
+    torch.testing.assert_close(compiled(x, w)[0], torch.softmax(torch.softmax(x, 1) @ w, 1))
+
+
 def test_huge_sizes_index_in_64_bits():
     b = AtenBuilder()
     x = b.input(torch.empty(50000, 50000, device="meta"), "x")
@@ -88,8 +118,10 @@ def test_dump_writes_readable_artifacts(tmp_path):
     names = sorted(os.path.basename(p) for p in paths)
     assert names == ["kernels.py", "schedule.txt", "wrapper.py"]
     kernels = (tmp_path / "dump" / "kernels.py").read_text()
-    assert "@triton.jit" in kernels and "def kernel0(" in kernels
+    function = compiled.kernels[0].function
+    assert "@triton.jit" in kernels and f"def {function}(" in kernels
     assert "kernel0(" in (tmp_path / "dump" / "wrapper.py").read_text()
+    assert f"{function} in kernels.py" in (tmp_path / "dump" / "wrapper.py").read_text()
     # the kernel module lives in our cache, named by its hash
     assert any(f.endswith(".py") for f in os.listdir(tmp_path / "cache" / "triton" / "kernels"))
 
@@ -165,3 +197,19 @@ def test_tuning_cache_round_trips_through_disk(tmp_path):
     assert cache.get(key) is None
     cache.put(key, LaunchConfig(8, 512, 8, 2))
     assert TuningCache(str(tmp_path)).get(key) == LaunchConfig(8, 512, 8, 2)
+
+
+@interpreted
+@pytest.mark.parametrize("rows,cols", [(6, 40), (3, 20000)])
+def test_scaled_softmax_stores_only_its_result(rows, cols, tmp_path):
+    # the scaled input and exp(x - max) are computed again by each loop that reads them (one tile:
+    # kept in registers), never written to memory
+    x, scale = torch.randn(rows, cols), torch.randn(())
+    b = AtenBuilder()
+    hx, hs = b.input(x, "x"), b.input(scale, "scale")
+    program = b.output(b.call("_softmax.default", b.call("mul.Tensor", hx, hs), 1, False))
+    compiled = compile_program(program, cfg=Config(cache_dir=str(tmp_path)))
+    (k,) = compiled.kernels
+    assert k.kind == ("persistent" if cols <= 16384 else "looped")
+    assert k.source.count("tl.store(") == 1
+    torch.testing.assert_close(compiled(x, scale)[0], torch.softmax(x * scale, 1), atol=1e-6, rtol=1e-5)

@@ -407,15 +407,46 @@ def finish_kernel(name: str, group: Group, program: LoopProgram, readers_outside
     rvars = {exprs.symbol(f"r{k}") for k in range(len(group.rsizes))}
     internal = set()
     outputs = program.output_buffers()
+    writers: dict[str, int] = {}
+    for kn in nodes:
+        for b, _, _ in kn.writes():
+            writers[b] = writers.get(b, 0) + 1
     for buf, w in writer_of.items():
         if buf in outputs or buf in readers_outside:
             continue
         write_index = next(i for b, i, _ in w.writes() if b == buf)
         crosses = any(buf in {b for b, _, _ in kn.reads()} and kn.stage > w.stage for kn in nodes)
-        if crosses and write_index.free_symbols & rvars:
+        if crosses and write_index.free_symbols & rvars and not _recomputable(buf, w, write_index, nodes, writers):
             continue  # needed by a later loop over r: stays in memory
         internal.add(buf)
     return Kernel(name, nodes, list(group.xsizes), list(group.rsizes), internal)
+
+
+RECOMPUTE_MAX_OPS = 24  # longest pointwise body recomputed in later loops rather than stored
+
+
+def _recomputable(buf: str, writer: KernelNode, index: sympy.Expr, nodes: list[KernelNode],
+                  writers: dict[str, int]) -> bool:
+    """Whether a buffer read by later loops over ``r`` (softmax's scaled input, read by the max,
+    the sum and the normalisation) can stay out of memory, each loop computing it again: its one
+    writer is a short pointwise body and every read is at the written point, so the value a later
+    loop needs is the one its own iteration recomputes. A code generator places the writer's
+    computation again in each loop that reads it (a one-block reduction keeps it in registers);
+    against a round trip through memory it saves a store and the loads."""
+    if writers.get(buf) != 1 or writer.node.kind != "pointwise" or len(writer.node.body.ops) > RECOMPUTE_MAX_OPS:
+        return False
+    sources = {b for b, _, _ in writer.reads()}
+    after = False
+    for kn in nodes:
+        if kn is writer:
+            after = True
+            continue
+        for b, i, _ in kn.reads():
+            if b == buf and (not after or sympy.expand(i - index) != 0):
+                return False
+        if after and any(b in sources for b, _, _ in kn.writes()):
+            return False  # what it is computed from changes before a later loop would recompute it
+    return True
 
 
 def finish_kernels(program: LoopProgram, steps: list[Group | ExternNode]) -> list[Kernel | ExternNode]:

@@ -22,6 +22,7 @@ its input once). *Looped* reductions run one ``for`` over ``r`` per stage
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Callable
@@ -81,7 +82,7 @@ class _Val:
 class KernelSource:
     """A kernel's Triton function, the arguments it takes, and how to launch it."""
 
-    name: str
+    name: str  # the scheduled kernel's name (the wrapper's launcher)
     source: str
     buffers: list[str]  # pointer arguments, in this order
     symbols: list[str]  # then integer sizes
@@ -91,6 +92,11 @@ class KernelSource:
     index64: bool
     columns: bool = False  # a reduction whose accesses are contiguous along the outer points
     partials: int = 0  # split kernels: the reductions whose partial results go through the workspace
+    # the ``@triton.jit`` function's name in the kernel module: ``k`` + a digest of its text written
+    # with a placeholder name. Arguments are positional (``ptr0``, ``ptr1``...), so kernels that do
+    # the same work on different buffers (the layers of a model) are one function, compiled once,
+    # and a function's name is the same in every program and process (Triton's disk cache hits).
+    function: str = ""
 
 
 class _TritonValues:
@@ -122,7 +128,7 @@ class _TritonValues:
         need = frozenset({"x", "r"}) if r else frozenset({"x"})
         if dims != need:  # a pointer must have the full block shape of its scope
             text = f"{'zxr' if r else 'zx'} + ({text})"
-        return f"{buf} + ({text})", deps, r, need
+        return f"{self.gen.argument(buf)} + ({text})", deps, r, need
 
     # -- memory
     def load(self, buf, index):
@@ -380,6 +386,7 @@ class _KernelGen(KernelGenState):
         self.loop_marks: dict[int, list[int]] = {}  # looped stage -> [its "for" line, its loop's end] in main
         self.max_results: dict[_Val, tuple[_Val, int]] = {}  # max result -> (the value reduced, its stage)
         self._canon_memo: dict[_Val, str] = {}
+        self.arguments: dict[str, str] = {}  # buffer -> its pointer argument, in order of first use
         self.xnames = {v.name for v in kernel.xvars}
         rnumel = kernel.rnumel
         self.columns = columns
@@ -410,6 +417,13 @@ class _KernelGen(KernelGenState):
                 if b not in k.internal:
                     extents.append(self.storage_numel(b))
         return any(not sympy.sympify(e).is_Integer or int(e) >= INT32_LIMIT for e in extents)
+
+    def argument(self, buf: str) -> str:
+        """The pointer argument that stands for ``buf`` in the kernel's text."""
+        found = self.arguments.get(buf)
+        if found is None:
+            found = self.arguments[buf] = f"ptr{len(self.arguments)}"
+        return found
 
     def internal_value(self, buf: str) -> _Val:
         if buf not in self.internal:
@@ -732,24 +746,29 @@ class _KernelGen(KernelGenState):
                      "xmask = xindex < xnumel",
                      f"zx = tl.zeros([XBLOCK], {itype})"]
             head += self._var_defs("x", "xindex")
-        buffers = sorted(self.buffers)
+        buffers = list(self.arguments)
         symbols = sorted(self.symbols)
-        params = buffers + symbols + (["ws", "rchunk: tl.constexpr" if self.interpret else "rchunk"]
-                                      if self.split else []) + ["xnumel"]
+        params = [self.arguments[b] for b in buffers] + symbols + \
+            (["ws", "rchunk: tl.constexpr" if self.interpret else "rchunk"] if self.split else []) + ["xnumel"]
         # Triton's interpreter cannot loop to a runtime bound (numpy refuses int() of its 1-element
         # arrays): there the reduction length is a compile-time constant, which costs nothing.
         rnumel = "rnumel: tl.constexpr" if self.interpret and self.looped else "rnumel"
         params += [rnumel, "XBLOCK: tl.constexpr", "RBLOCK: tl.constexpr"] if self.reducing else \
             ["XBLOCK: tl.constexpr"]
-        lines = ["@triton.jit", f"def {k.name}({', '.join(params)}):"]
-        lines += ["    " + ln for ln in head + body]
-        source = "\n".join(lines) + "\n"
-        if self.split:
-            source += "\n" + finisher_source(k.name, params, self._var_defs("x", "xindex"), self.split_stores,
-                                             self.index64)
-        return KernelSource(k.name, source, buffers, symbols, self.kind, k.numel,
+
+        def text(function: str) -> str:
+            lines = ["@triton.jit", f"def {function}({', '.join(params)}):"]
+            lines += ["    " + ln for ln in head + body]
+            source = "\n".join(lines) + "\n"
+            if self.split:
+                source += "\n" + finisher_source(function, params, self._var_defs("x", "xindex"), self.split_stores,
+                                                 self.index64)
+            return source
+
+        function = "k" + hashlib.sha256(text("kernel").encode()).hexdigest()[:20]
+        return KernelSource(k.name, text(function), buffers, symbols, self.kind, k.numel,
                             k.rnumel if self.reducing else sympy.Integer(1), self.index64, self.columns,
-                            len(self.split_stores))
+                            len(self.split_stores), function)
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str],

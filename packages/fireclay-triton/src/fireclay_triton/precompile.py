@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from fireclay_triton.autotune import LaunchConfig
+from fireclay_triton.autotune import LaunchConfig, next_pow2
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,11 @@ def launch_options(cfg: LaunchConfig, kind: str) -> tuple:
     if kind != "pointwise":
         opts["RBLOCK"] = cfg.RBLOCK
     return tuple(sorted(opts.items()))
+
+
+def finisher_options(nsplit: int, xblock: int) -> tuple:
+    """The keyword arguments a split reduction's finishing kernel is launched with."""
+    return (("NSPLIT", next_pow2(nsplit)), ("XBLOCK", xblock), ("num_warps", 4))
 
 
 def _unique(jobs: list[CompileJob]) -> list[CompileJob]:

@@ -15,10 +15,10 @@ from fireclay_loops.runtime_support import CompiledCall, input_base
 from fireclay_loops.runtime_support import aten_op as shared_aten_op
 from fireclay_loops.runtime_support import conform as conform  # re-exported for the wrapper
 from fireclay_loops.runtime_support import view as view
-from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, next_pow2, tuning_key
+from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, tuning_key
 from fireclay_triton.config import interpreting
 from fireclay_triton.errors import InputError, TritonBackendError
-from fireclay_triton.precompile import CompileJob, launch_options
+from fireclay_triton.precompile import CompileJob, finisher_options, launch_options
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
@@ -100,6 +100,58 @@ def time_ms(fn: Callable[[], None], runs: int = 10) -> float:
     return start.elapsed_time(end) / runs
 
 
+def direct_launch_enabled() -> bool:
+    """``FIRECLAY_TRITON_DIRECT_LAUNCH=0`` sends every launch through Triton's ``fn[grid](...)``."""
+    return os.environ.get("FIRECLAY_TRITON_DIRECT_LAUNCH", "1") != "0"
+
+
+class DirectLaunch:
+    """Launches one ``@triton.jit`` function at one config (constexprs, warps, stages) with as
+    little Python per launch as Triton allows.
+
+    ``fn[grid](...)`` binds every argument, computes the specialization key, reads Triton's knobs
+    and builds launch metadata on each launch: tens of microseconds, a kernel's whole run time at
+    small sizes. Here the first launch per *specialization* goes through it (compiling, or taking
+    the precompiled kernel from Triton's cache) and keeps the compiled kernel it returns; later
+    launches call that kernel's launcher directly. The specialization is keyed more finely than
+    Triton keys it: the device, each pointer's 16-byte alignment, and each integer's exact value,
+    so a launch that Triton would have compiled differently never takes a kept kernel. Launch
+    hooks (profilers) disable the direct path while they are installed.
+    """
+
+    def __init__(self, fn: Any, options: dict[str, int], nargs: int):
+        from triton import knobs
+        from triton.runtime.driver import driver
+
+        self.fn = fn
+        self.options = options
+        # a launcher takes every parameter in order, constexprs included: here the constexprs
+        # must be exactly the parameters after the ``nargs`` runtime ones
+        names = list(getattr(fn, "arg_names", ()))
+        constexprs = names[nargs:]
+        self.constexpr_values = tuple(options.get(n) for n in constexprs)
+        self.kernels: dict[tuple, Any] = {}
+        self._runtime_knobs = knobs.runtime
+        self._driver = driver.active
+        self.enabled = direct_launch_enabled() and bool(names) and all(n in options for n in constexprs)
+
+    def _hooked(self) -> bool:
+        runtime = self._runtime_knobs
+        return any(getattr(h, "calls", h) for h in (runtime.launch_enter_hook, runtime.launch_exit_hook))
+
+    def __call__(self, grid: tuple, args: tuple) -> None:
+        device = self._driver.get_current_device()
+        key = (device, *[(a.data_ptr() & 15) == 0 if isinstance(a, torch.Tensor) else a for a in args])
+        kernel = self.kernels.get(key)
+        if kernel is None or not self.enabled or self._hooked():
+            kernel = self.fn[grid](*args, **self.options)
+            if kernel is not None and hasattr(kernel, "packed_metadata"):
+                self.kernels[key] = kernel
+            return
+        kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, 1, self._driver.get_current_stream(device),
+                   kernel.function, kernel.packed_metadata, None, None, None, *args, *self.constexpr_values)
+
+
 class Launcher:
     """Launches one kernel: picks its config (heuristic, or autotuned once per size bucket and
     cached on disk) and computes the grid."""
@@ -120,6 +172,7 @@ class Launcher:
         self.interpret = interpret
         self.cache = cache
         self.chosen: dict[tuple[int, int], LaunchConfig] = {}
+        self._direct: dict[tuple, DirectLaunch] = {}
 
     def _run(self, cfg: LaunchConfig, args: tuple, numel: int, rnumel: int) -> None:
         grid = (max(1, -(-numel // cfg.XBLOCK)),)
@@ -129,10 +182,9 @@ class Launcher:
         if self.kind == "tiled":
             grid = (grid[0], max(1, -(-rnumel // cfg.RBLOCK)))
         if self.kind == "pointwise":
-            self.fn[grid](*args, numel, XBLOCK=cfg.XBLOCK, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+            self._launch(self.fn, grid, (*args, numel), launch_options(cfg, self.kind))
         else:
-            self.fn[grid](*args, numel, rnumel, XBLOCK=cfg.XBLOCK, RBLOCK=cfg.RBLOCK, num_warps=cfg.num_warps,
-                          num_stages=cfg.num_stages)
+            self._launch(self.fn, grid, (*args, numel, rnumel), launch_options(cfg, self.kind))
 
     def _run_split(self, cfg: LaunchConfig, args: tuple, numel: int, rnumel: int, programs: int) -> None:
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
@@ -140,10 +192,18 @@ class Launcher:
             self._sms = 8 if self.interpret else torch.cuda.get_device_properties(device).multi_processor_count
         nsplit, chunk, fx = split_shape(cfg, numel, rnumel, self._sms)
         ws = torch.empty(self.partials * nsplit * numel, dtype=torch.float32, device=device)
-        self.fn[(programs, nsplit)](*args, ws, chunk, numel, rnumel, XBLOCK=cfg.XBLOCK, RBLOCK=cfg.RBLOCK,
-                                    num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        self.finisher[(-(-numel // fx),)](*args, ws, nsplit, numel, XBLOCK=fx, NSPLIT=next_pow2(nsplit), num_warps=4)
+        self._launch(self.fn, (programs, nsplit), (*args, ws, chunk, numel, rnumel), launch_options(cfg, self.kind))
+        self._launch(self.finisher, (-(-numel // fx),), (*args, ws, nsplit, numel), finisher_options(nsplit, fx))
 
+    def _launch(self, fn: Any, grid: tuple, args: tuple, options: tuple) -> None:
+        """One launch; ``options``: sorted (name, value) pairs of constexprs, warps and stages."""
+        if self.interpret:
+            fn[grid](*args, **dict(options))
+            return
+        launch = self._direct.get((fn, options))
+        if launch is None:
+            launch = self._direct[(fn, options)] = DirectLaunch(fn, dict(options), len(args))
+        launch(grid, args)
     def planned_configs(self, numel: int, rnumel: int, device_name: str | None) -> list[LaunchConfig]:
         """The configs the first call at these sizes launches: the one already chosen or cached on
         disk (``device_name`` None: the disk cache is not consulted), else every candidate the
@@ -177,13 +237,13 @@ class Launcher:
                 nsplit, chunk, fx = split_shape(cfg, numel, rnumel, sms)
                 ws = torch.float32
                 jobs.append(CompileJob(self.name, self.fn, (*args, ws, chunk, numel, rnumel), opts))
-                finish = (("NSPLIT", next_pow2(nsplit)), ("XBLOCK", fx), ("num_warps", 4))
-                jobs.append(CompileJob(self.name + "_finish", self.finisher, (*args, ws, nsplit, numel), finish))
+                jobs.append(CompileJob(self.name + "_finish", self.finisher, (*args, ws, nsplit, numel),
+                                       finisher_options(nsplit, fx)))
         return jobs
 
     def _key(self, numel: int, rnumel: int, device_name: str) -> str:
-        return tuning_key(self.source_hash + self.name + ("/max" if self.max_autotune else ""), numel, rnumel,
-                          device_name)
+        # the function's name is a digest of its text: kernels sharing a function share their choice
+        return tuning_key(self.source_hash + ("/max" if self.max_autotune else ""), numel, rnumel, device_name)
 
     def config_for(self, args: tuple, numel: int, rnumel: int) -> LaunchConfig:
         found = self.chosen.get((numel, rnumel))

@@ -76,7 +76,7 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
             args = src.buffers + src.symbols + [f"numel={py_expr(src.numel)}"]
             if src.kind != "pointwise":
                 args.append(f"rnumel={py_expr(src.rnumel)}")
-            w.line(f"{step.name}({', '.join(args)})  # {src.kind}")
+            w.line(f"{step.name}({', '.join(args)})  # {src.kind}: {src.function} in kernels.py")
         else:
             _extern_call(w, step, prog, alone)
         for b in plan.free_after.get(k, []):

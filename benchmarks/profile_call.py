@@ -1,0 +1,90 @@
+"""Where the time of one compiled call goes: the median wall time per step of each backend, then
+a cProfile of the first non-eager backend's steps (top functions by own time).
+
+    python -m benchmarks.profile_call --models mlp,bert --device cuda --backends eager,inductor,fireclay
+    python -m benchmarks.profile_call --models mlp --mode training --tiny
+
+``--tiny`` uses the smallest inputs of each model (batch 1, a few tokens), where per-call
+overhead rather than kernel time dominates: the "tiny" column of ``benchmarks.run``. Wall times
+are synchronised with the device after each batch of calls, so they include issuing every kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import statistics
+import time
+
+import torch
+
+from benchmarks.backends import get_backend
+from benchmarks.measure import MODES, Step, fresh_copy, sync
+from benchmarks.models import PRESETS, get_model
+
+
+def per_step_ms(step: Step, inputs, device: str, calls: int = 30, repeats: int = 7) -> float:
+    for _ in range(5):
+        step(inputs)
+    sync(device)
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            step(inputs)
+        sync(device)
+        samples.append((time.perf_counter() - start) / calls * 1e3)
+    return statistics.median(samples)
+
+
+def profile(step: Step, inputs, device: str, calls: int, top: int) -> str:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        step(inputs)
+    sync(device)
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default="mlp")
+    parser.add_argument("--backends", default="eager,fireclay")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--mode", choices=MODES, default="inference")
+    parser.add_argument("--preset", choices=PRESETS)
+    parser.add_argument("--tiny", action="store_true")
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--profile-calls", type=int, default=50)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--profile", help="the backend to profile (default: the last one named)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    preset = args.preset or ("large" if args.device.startswith("cuda") else "small")
+    backends = args.backends.split(",")
+    for name in args.models.split(","):
+        built = get_model(name).build(preset)
+        inputs = built.inputs(0, args.device, tiny=args.tiny)
+        times = {}
+        steps = {}
+        for b in backends:
+            model = fresh_copy(built.module, args.device)
+            steps[b] = Step(get_backend(b).compile(model), model, args.mode)
+            times[b] = per_step_ms(steps[b], inputs, args.device)
+        cells = "  ".join(f"{b} {t:.3f} ms" for b, t in times.items())
+        print(f"== {name} ({args.mode}, {'tiny' if args.tiny else preset}, {args.device}): {cells}")
+        target = args.profile or backends[-1]
+        if target in steps:
+            print(profile(steps[target], inputs, args.device, args.profile_calls, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
