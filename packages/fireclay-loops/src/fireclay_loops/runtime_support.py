@@ -38,8 +38,10 @@ def input_base(t: Any, name: str, dtype: torch.dtype, size: tuple, stride: tuple
     if tuple(t.shape) != tuple(size):
         raise error(f"input {name!r} has shape {tuple(t.shape)}, the program was compiled for {tuple(size)}")
     if same_strides(size, t.stride(), stride) and t.storage_offset() >= offset:
+        if offset == 0:  # exactly the buffer's layout (strides of extent-1 dims included)
+            return t if t.stride() == tuple(stride) else t.as_strided(size, stride, t.storage_offset())
         # (a one-element view, as a zero-element one may report data_ptr() 0)
-        return t if offset == 0 else t.as_strided((1,), (1,), t.storage_offset() - offset)
+        return t.as_strided((1,), (1,), t.storage_offset() - offset)
     flat = torch.empty(max(storage_numel, 1), dtype=dtype, device=t.device)
     flat.as_strided(size, stride, offset).copy_(t)
     # With no offset a wrapper may use the base itself as the tensor, so it has the buffer's
@@ -55,7 +57,8 @@ def view(base: torch.Tensor, size: tuple, stride: tuple, offset: int) -> torch.T
 def conform(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
     """An extern call's result with the layout the kernels index it by (copied only if needed)."""
     if tuple(t.shape) == tuple(size) and same_strides(size, t.stride(), stride):
-        return t
+        # exactly that layout, strides of extent-1 dims included: a wrapper may use it as it is
+        return t if t.stride() == tuple(stride) else t.as_strided(size, stride, t.storage_offset())
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 

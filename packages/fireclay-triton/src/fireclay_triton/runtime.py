@@ -46,7 +46,7 @@ def pick_device(*inputs: Any) -> torch.device:
 
 def typed(mem: torch.Tensor, dtype: torch.dtype, numel: int) -> torch.Tensor:
     """A buffer of ``numel`` elements of ``dtype`` at the start of a byte allocation."""
-    return mem[: numel * torch.empty((), dtype=dtype).element_size()].view(dtype)
+    return mem[: numel * dtype.itemsize].view(dtype)
 
 
 def aten_op(name: str) -> Callable:
@@ -132,7 +132,8 @@ class DirectLaunch:
         self.constexpr_values = tuple(options.get(n) for n in constexprs)
         self.kernels: dict[tuple, Any] = {}
         self._runtime_knobs = knobs.runtime
-        self._driver = driver.active
+        self._device = driver.active.get_current_device
+        self._stream = driver.active.get_current_stream
         self.enabled = direct_launch_enabled() and bool(names) and all(n in options for n in constexprs)
 
     def _hooked(self) -> bool:
@@ -140,16 +141,30 @@ class DirectLaunch:
         return any(getattr(h, "calls", h) for h in (runtime.launch_enter_hook, runtime.launch_exit_hook))
 
     def __call__(self, grid: tuple, args: tuple) -> None:
-        device = self._driver.get_current_device()
+        device = self._device()
         key = (device, *[(a.data_ptr() & 15) == 0 if isinstance(a, torch.Tensor) else a for a in args])
         kernel = self.kernels.get(key)
-        if kernel is None or not self.enabled or self._hooked():
+        if kernel is None or self._hooked():
+            self.kernels.pop(key, None)
             kernel = self.fn[grid](*args, **self.options)
-            if kernel is not None and hasattr(kernel, "packed_metadata"):
+            if self.enabled and kernel is not None and hasattr(kernel, "packed_metadata"):
                 self.kernels[key] = kernel
             return
-        kernel.run(grid[0], grid[1] if len(grid) > 1 else 1, 1, self._driver.get_current_stream(device),
-                   kernel.function, kernel.packed_metadata, None, None, None, *args, *self.constexpr_values)
+        kernel.run(grid[0], grid[1], 1, self._stream(device), kernel.function, kernel.packed_metadata, None, None,
+                   None, *args, *self.constexpr_values)
+
+
+class _Ready:
+    """A launcher's launches at one size, once its config is chosen: the grid and the trailing
+    size arguments computed once; each call is one :class:`DirectLaunch`."""
+
+    __slots__ = ("launch", "grid", "tail")
+
+    def __init__(self, launch: DirectLaunch, grid: tuple, tail: tuple):
+        self.launch, self.grid, self.tail = launch, grid, tail
+
+    def __call__(self, args: tuple) -> None:
+        self.launch(self.grid, args + self.tail)
 
 
 class Launcher:
@@ -173,18 +188,19 @@ class Launcher:
         self.cache = cache
         self.chosen: dict[tuple[int, int], LaunchConfig] = {}
         self._direct: dict[tuple, DirectLaunch] = {}
+        self._ready: dict[tuple[int, int], _Ready] = {}  # (numel, rnumel) -> its launches, config chosen
+
+    def _grid(self, cfg: LaunchConfig, numel: int, rnumel: int) -> tuple[int, int]:
+        programs = max(1, -(-numel // cfg.XBLOCK))
+        return (programs, max(1, -(-rnumel // cfg.RBLOCK)) if self.kind == "tiled" else 1)
 
     def _run(self, cfg: LaunchConfig, args: tuple, numel: int, rnumel: int) -> None:
-        grid = (max(1, -(-numel // cfg.XBLOCK)),)
+        grid = self._grid(cfg, numel, rnumel)
         if self.kind == "split":
             self._run_split(cfg, args, numel, rnumel, grid[0])
             return
-        if self.kind == "tiled":
-            grid = (grid[0], max(1, -(-rnumel // cfg.RBLOCK)))
-        if self.kind == "pointwise":
-            self._launch(self.fn, grid, (*args, numel), launch_options(cfg, self.kind))
-        else:
-            self._launch(self.fn, grid, (*args, numel, rnumel), launch_options(cfg, self.kind))
+        tail = (numel,) if self.kind == "pointwise" else (numel, rnumel)
+        self._launch(self.fn, grid, args + tail, launch_options(cfg, self.kind))
 
     def _run_split(self, cfg: LaunchConfig, args: tuple, numel: int, rnumel: int, programs: int) -> None:
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
@@ -193,17 +209,21 @@ class Launcher:
         nsplit, chunk, fx = split_shape(cfg, numel, rnumel, self._sms)
         ws = torch.empty(self.partials * nsplit * numel, dtype=torch.float32, device=device)
         self._launch(self.fn, (programs, nsplit), (*args, ws, chunk, numel, rnumel), launch_options(cfg, self.kind))
-        self._launch(self.finisher, (-(-numel // fx),), (*args, ws, nsplit, numel), finisher_options(nsplit, fx))
+        self._launch(self.finisher, (-(-numel // fx), 1), (*args, ws, nsplit, numel), finisher_options(nsplit, fx))
+
+    def _direct_launch(self, fn: Any, options: tuple, nargs: int) -> DirectLaunch:
+        launch = self._direct.get((fn, options))
+        if launch is None:
+            launch = self._direct[(fn, options)] = DirectLaunch(fn, dict(options), nargs)
+        return launch
 
     def _launch(self, fn: Any, grid: tuple, args: tuple, options: tuple) -> None:
         """One launch; ``options``: sorted (name, value) pairs of constexprs, warps and stages."""
         if self.interpret:
             fn[grid](*args, **dict(options))
             return
-        launch = self._direct.get((fn, options))
-        if launch is None:
-            launch = self._direct[(fn, options)] = DirectLaunch(fn, dict(options), len(args))
-        launch(grid, args)
+        self._direct_launch(fn, options, len(args))(grid, args)
+
     def planned_configs(self, numel: int, rnumel: int, device_name: str | None) -> list[LaunchConfig]:
         """The configs the first call at these sizes launches: the one already chosen or cached on
         disk (``device_name`` None: the disk cache is not consulted), else every candidate the
@@ -272,9 +292,18 @@ class Launcher:
         return best
 
     def __call__(self, *args: Any, numel: int, rnumel: int = 1) -> None:
+        ready = self._ready.get((numel, rnumel))
+        if ready is not None:
+            ready(args)
+            return
         if numel == 0:
             return
-        self._run(self.config_for(args, numel, rnumel), args, numel, rnumel)
+        cfg = self.config_for(args, numel, rnumel)
+        self._run(cfg, args, numel, rnumel)
+        if not self.interpret and self.kind != "split":
+            tail = (numel,) if self.kind == "pointwise" else (numel, rnumel)
+            launch = self._direct_launch(self.fn, launch_options(cfg, self.kind), len(args) + len(tail))
+            self._ready[(numel, rnumel)] = _Ready(launch, self._grid(cfg, numel, rnumel), tail)
 
 
 class CompiledProgram(CompiledCall):

@@ -93,10 +93,7 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
             outs.append(w.literal(o.value))
             continue
         buf = prog.buffers[o]
-        if buf.is_input or o not in alone:
-            outs.append(_view(o, buf.size, buf.stride, buf.offset))
-        else:
-            outs.append(o)
+        outs.append(_tensor(o, buf, buf.size, buf.stride, buf.offset, alone))
     w.line("return (" + "".join(f"{x}, " for x in outs) + ")")
     return w
 
@@ -106,8 +103,19 @@ def _view(b: str, size, stride, offset) -> str:
     return f"view({b}, {py_shape(size)}, {py_shape(stride)}, {py_expr(offset)})"
 
 
+def _tensor(b: str, buf, size, stride, offset, alone: set[str]) -> str:
+    """A tensor expression for buffer ``b`` seen with ``size``/``stride`` at ``offset``: the held
+    tensor itself when it already has exactly that layout (an input, which ``as_base`` gives in
+    the buffer's layout, or a buffer alone in its allocation), else a view."""
+    if (buf.is_input or b in alone) and offset == 0 and tuple(size) == tuple(buf.size) \
+            and tuple(stride) == tuple(buf.stride) and buf.offset == 0:
+        return b
+    return _view(b, size, stride, offset)
+
+
 def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str]) -> None:
-    call_args = w.extern_args(step, lambda a: _view(a.buffer, a.size, a.stride, a.offset))
+    call_args = w.extern_args(step, lambda a: _tensor(a.buffer, prog.buffers[a.buffer], a.size, a.stride, a.offset,
+                                                      alone))
     fn = w.op(step.op)
     w.call_extern(fn, call_args, step)
     for i, b in zip(step.result_positions(), step.outputs):
