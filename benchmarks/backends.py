@@ -7,6 +7,8 @@
     fireclay         fireclay.compile(model), the default fireclay pipeline
     fireclay-NAME    fireclay.compile(model, backend="NAME") (fireclay-eager, fireclay-inductor, ...)
     dynamo-fireclay  torch.compile(model, backend="fireclay"): torch's capture, fireclay's stages
+    NAME@MODE        any of the compiled backends with mode=MODE (inductor@reduce-overhead,
+                     fireclay@max-autotune, ...)
 
 A backend that cannot run here (fireclay.compile not written yet, no such dynamo backend) is
 reported per cell as "unavailable" with the reason; it never stops a run.
@@ -84,7 +86,7 @@ def _dynamo_counts(model, inputs) -> GraphCounts:
     return GraphCounts(int(counters["stats"]["unique_graphs"]), int(sum(counters["graph_break"].values())))
 
 
-def _torch_compile(name: str, dynamo_backend: str) -> Backend:
+def _torch_compile(name: str, dynamo_backend: str, mode: str | None = None) -> Backend:
     def unavailable() -> str | None:
         import torch._dynamo
 
@@ -93,7 +95,7 @@ def _torch_compile(name: str, dynamo_backend: str) -> Backend:
         return None
 
     return Backend(name, unavailable=unavailable,
-                   compile=lambda model: torch.compile(model, backend=dynamo_backend),
+                   compile=lambda model: torch.compile(model, backend=dynamo_backend, mode=mode),
                    reset=_dynamo_reset, start_counting=_dynamo_start_counting, counts=_dynamo_counts,
                    cache_env=ALL_CACHE_ENV)
 
@@ -102,7 +104,7 @@ def _fireclay_module():
     return importlib.import_module("fireclay")
 
 
-def _fireclay(name: str, variant: str | None) -> Backend:
+def _fireclay(name: str, variant: str | None, mode: str | None = None) -> Backend:
     def unavailable() -> str | None:
         try:
             fireclay = _fireclay_module()
@@ -117,7 +119,9 @@ def _fireclay(name: str, variant: str | None) -> Backend:
 
     def compile(model):
         fireclay = _fireclay_module()
-        return fireclay.compile(model) if variant is None else fireclay.compile(model, backend=variant)
+        if variant is None:
+            return fireclay.compile(model, mode=mode)
+        return fireclay.compile(model, backend=variant, mode=mode)
 
     def reset() -> None:
         reset_fn = getattr(_fireclay_module(), "reset", None)
@@ -140,17 +144,19 @@ def _fireclay(name: str, variant: str | None) -> Backend:
 
 def get_backend(name: str) -> Backend:
     """The backend called `name` (see the module docstring for the names understood)."""
-    if name == "eager":
+    base, _, mode = name.partition("@")
+    mode = mode or None
+    if base == "eager" and mode is None:
         return _eager()
-    if name == "inductor":
-        return _torch_compile(name, "inductor")
-    if name.startswith("torch-") and len(name) > len("torch-"):
-        return _torch_compile(name, name[len("torch-"):])
-    if name == "dynamo-fireclay":
-        return _torch_compile(name, "fireclay")
-    if name == "fireclay":
-        return _fireclay(name, None)
-    if name.startswith("fireclay-") and len(name) > len("fireclay-"):
-        return _fireclay(name, name[len("fireclay-"):])
+    if base == "inductor":
+        return _torch_compile(name, "inductor", mode)
+    if base.startswith("torch-") and len(base) > len("torch-"):
+        return _torch_compile(name, base[len("torch-"):], mode)
+    if base == "dynamo-fireclay":
+        return _torch_compile(name, "fireclay", mode)
+    if base == "fireclay":
+        return _fireclay(name, None, mode)
+    if base.startswith("fireclay-") and len(base) > len("fireclay-"):
+        return _fireclay(name, base[len("fireclay-"):], mode)
     raise KeyError(f"unknown backend {name!r}: use eager, inductor, torch-<dynamo backend>, fireclay, "
-                   "fireclay-<fireclay backend> or dynamo-fireclay")
+                   "fireclay-<fireclay backend> or dynamo-fireclay, each optionally with @<mode>")

@@ -52,6 +52,19 @@ def profile(step: Step, inputs, device: str, calls: int, top: int) -> str:
     return out.getvalue()
 
 
+def kernel_table(step: Step, inputs, device: str, calls: int, top: int) -> str:
+    """torch.profiler's table of device time per kernel and op over ``calls`` steps."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(calls):
+            step(inputs)
+        sync(device)
+    sort = "self_cuda_time_total" if device.startswith("cuda") else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=sort, row_limit=top, max_name_column_width=70)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="mlp")
@@ -64,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-calls", type=int, default=50)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--profile", help="the backend to profile (default: the last one named)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="instead of cProfile, torch.profiler's device time per kernel, for every backend")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -80,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
             times[b] = per_step_ms(steps[b], inputs, args.device)
         cells = "  ".join(f"{b} {t:.3f} ms" for b, t in times.items())
         print(f"== {name} ({args.mode}, {'tiny' if args.tiny else preset}, {args.device}): {cells}")
+        if args.kernels:
+            for b in backends:
+                print(f"-- {b}")
+                print(kernel_table(steps[b], inputs, args.device, 10, args.top))
+            continue
         target = args.profile or backends[-1]
         if target in steps:
             print(profile(steps[target], inputs, args.device, args.profile_calls, args.top))

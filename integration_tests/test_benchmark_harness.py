@@ -140,6 +140,19 @@ def test_a_model_that_cannot_build_is_reported_not_raised():
 def test_unknown_backend_names_are_refused():
     with pytest.raises(KeyError, match="unknown backend"):
         get_backend("tvm-please")
+    with pytest.raises(KeyError, match="unknown backend"):
+        get_backend("eager@reduce-overhead")  # eager has no modes
+
+
+@pytest.mark.parametrize("name", ["fireclay@reduce-overhead", "fireclay@max-autotune-no-cudagraphs"])
+def test_a_mode_suffix_compiles_with_that_mode(name):
+    model = get_model("mlp").build("small")
+    inputs = model.inputs(0)
+    backend = get_backend(name)
+    assert backend.name == name
+    compiled = backend.compile(model.module)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*inputs.args), model.module(*inputs.args))
 
 
 def test_fireclay_cell_says_why_it_is_missing():
