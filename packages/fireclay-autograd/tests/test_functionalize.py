@@ -294,3 +294,38 @@ def test_non_core_inplace_is_decomposed_then_functionalized():
     assert_functional(aten)
     assert not aten.main.find("aten::addcmul.default")
     check_against_eager(fn, inputs, grad=False)
+
+
+def pure_chain(x, w):
+    return torch.nn.functional.gelu(x @ w).transpose(0, 1).reshape(-1).softmax(0)
+
+
+TYPE_CASES = [(fn, make, False) for fn, make in MUTATIONS] + [
+    (pure_chain, lambda: [torch.randn(3, 4), torch.randn(4, 6)], False),
+    (pure_chain, lambda: [torch.randn(3, 4, requires_grad=True), torch.randn(4, 6, requires_grad=True)], True),
+    (mut_after_grad_use, lambda: [torch.randn(3, 4), torch.randn(4, 5, requires_grad=True)], True),
+    (mut_view_seen_by_base, lambda: [torch.randn(3, 4, requires_grad=True)], True),
+    (mut_intermediate_seen_by_view, lambda: [torch.randn(3, 4, requires_grad=True)], True),
+    (mut_unsqueeze_then_write, lambda: [torch.randn(3, 4, requires_grad=True)], True),
+]
+
+
+@pytest.mark.parametrize("fn,make,training", TYPE_CASES,
+                         ids=[f"{f.__name__}-{'training' if t else 'inference'}" for f, _, t in TYPE_CASES])
+def test_reused_trace_types_equal_inferred_ones(fn, make, training, monkeypatch):
+    """Functionalization takes a node's output types from the trace when its inputs kept their
+    types; inferring every type again on fakes must give the same graphs."""
+    from fireclay_autograd.functionalize import _Functionalizer
+    from fireclay_ir import format_program
+
+    def graphs():
+        inputs = make()
+        program = program_from(fn, clone_inputs(inputs))
+        if training:
+            traced = aot_graphs(program, clone_inputs(inputs))
+            return [format_program(traced.forward), format_program(traced.backward)]
+        return [format_program(trace_to_aten(program, clone_inputs(inputs)))]
+
+    reused = graphs()
+    monkeypatch.setattr(_Functionalizer, "recorded_types", staticmethod(lambda node, args, kwargs: None))
+    assert graphs() == reused

@@ -139,3 +139,32 @@ def test_matmul_is_saved_not_recomputed():
     graphs = aot_graphs(program_from(fn, clone_inputs(inputs)), clone_inputs(inputs))
     assert not graphs.backward.main.find("aten::mm.default") or all(
         n.meta.get("autograd.phase") == "backward" for n in graphs.backward.main.find("aten::mm.default"))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_forward_names_its_saved_outputs(name):
+    """``autograd.saved_outputs`` in the forward graph's meta lists the outputs only the backward
+    reads: code generators may return those in the layout they computed them in."""
+    _, _, graphs = _graphs(name, "min_cut")
+    forward = graphs.forward.main
+    positions = forward.meta["autograd.saved_outputs"]
+    assert positions == list(range(len(forward.outputs) - len(graphs.partition.saved), len(forward.outputs)))
+    assert [forward.outputs[k].name for k in positions] == [s.name for s in graphs.partition.saved]
+
+
+def _heads_of_fused_qkv(x, w):
+    q, k, v = F.linear(x, w).split(8, dim=-1)
+    q, k, v = (t.view(2, 5, 2, 4).transpose(1, 2) for t in (q, k, v))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+def test_the_base_of_a_split_is_saved_not_its_pieces():
+    """Pieces of a split cost as many bytes as their base: the base is saved (one tensor the
+    forward computed anyway, in its own layout) and the split redone in the backward."""
+    fn, inputs = _heads_of_fused_qkv, [torch.randn(2, 5, 8), torch.randn(24, 8, requires_grad=True)]
+    graphs = aot_graphs(program_from(fn, clone_inputs(inputs)), clone_inputs(inputs))
+    saved_by = {v.name: v.node.op for v in graphs.forward.main.outputs if v.node is not None}
+    saved_ops = [saved_by.get(s.name) for s in graphs.partition.saved]
+    assert not any(op in ("aten::split_with_sizes.default", "aten::split.Tensor", "aten::unbind.int")
+                   for op in saved_ops), saved_ops
+    check_against_eager(fn, inputs)

@@ -211,3 +211,18 @@ def test_programs_verify_print_and_roundtrip(name):
         assert "aten." in text and f"graph {program.entry}" in text
         again = loads(dumps(program))
         assert format_program(again) == text
+
+
+def test_example_tensors_have_the_inputs_types_and_zero_integers():
+    from fireclay_autograd.convert import example_tensors, tensor_meta
+    from fireclay_ir import Graph
+
+    reals = [torch.randn(4, 6).t(), torch.randint(0, 9, (5,)), torch.rand(3) > 0.5,
+             torch.randn(8, dtype=torch.float64)[2:]]
+    graph = Graph("g")
+    values = [graph.add_input(f"x{i}", tensor_meta(t)) for i, t in enumerate(reals)]
+    examples = example_tensors(values)
+    for real, made in zip(reals, examples):
+        assert (made.shape, made.stride(), made.storage_offset(), made.dtype, made.device) == \
+            (real.shape, real.stride(), real.storage_offset(), real.dtype, real.device)
+    assert not examples[1].any() and not examples[2].any()

@@ -258,3 +258,46 @@ def test_unsupported_keeps_the_frame_state_for_graph_breaks(monkeypatch):
     assert frame.code is f.__code__
     assert frame.inst.opname in ("CALL", "PRECALL") and "y" in frame.locals
     assert len(frame.tx.graph.nodes) == 1  # the add recorded before the break point
+
+
+@pytest.mark.parametrize("pause", [True, False])
+def test_garbage_collection_pauses_while_compiling_only(pause, monkeypatch):
+    """The collector is off from capture through the first (compiling) call when
+    config.pause_gc is set, and on again afterwards, also when the backend fails."""
+    import gc
+
+    monkeypatch.setattr(fireclay_capture.config, "pause_gc", pause)
+    seen = []
+
+    def backend(program, example_inputs):
+        seen.append(("compile", gc.isenabled()))
+
+        def run(*args):
+            seen.append(("run", gc.isenabled()))
+            return [args[0] + 1]
+
+        return run
+
+    def failing(program, example_inputs):
+        raise RuntimeError("backend failure")
+
+    assert gc.isenabled()
+    cf = capture(lambda x: x * 2, backend=backend)
+    x = torch.randn(3)
+    torch.testing.assert_close(cf(x), x + 1)
+    torch.testing.assert_close(cf(x), x + 1)  # a cache hit: nothing compiles
+    assert seen == [("compile", not pause), ("run", not pause), ("run", True)]
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError, match="backend failure"):
+        capture(lambda x: x - 1, backend=failing)(x)
+    assert gc.isenabled()
+
+
+def test_equal_sources_hash_alike():
+    from fireclay_capture.sources import AttrSource, ItemSource, LocalSource
+
+    a = ItemSource(AttrSource(AttrSource(LocalSource("self"), "layers"), "_modules"), "3")
+    b = ItemSource(AttrSource(AttrSource(LocalSource("self"), "layers"), "_modules"), "3")
+    c = ItemSource(AttrSource(AttrSource(LocalSource("self"), "layers"), "_modules"), 3)
+    assert a == b and hash(a) == hash(b) and len({a, b, c}) == 2
+    assert a != c and hash(a) == hash(a)

@@ -66,3 +66,12 @@ def test_split_and_joined_loops_compare_equal():
     assert exprs.equal(split, 8 * x0 + r0)
     assert not exprs.equal(split, 8 * x0 + r0 + 1)
     assert not exprs.equal(24 * exprs.FloorDiv(x0, 3) + 4 * exprs.Mod(x0, 3), 8 * x0)
+
+
+@pytest.mark.parametrize("a,b,expected", [
+    (768, 768, True), (768, 769, False), ("s0*4", "4*s0", True), ("s0 + 1", "s0", False),
+    ("i0*8 + i1", "8*i0 + i1", True), (0, "s0 - s0", True), ("2*s0", 6, False),
+])
+def test_equal_is_exact_on_static_and_symbolic_sizes(a, b, expected):
+    assert exprs.equal(a, b) is expected
+    assert exprs.equal(b, a) is expected

@@ -46,6 +46,8 @@ def test_op_matches_eager_on_gpu(op, args, kwargs, atol, rtol, first_only, dtype
         if not _has_float_input(args) or case_id in HALF_SKIP or case_id.startswith(("mm", "bmm", "addmm", "baddbmm",
                                                                                       "convolution", "sdpa")):
             pytest.skip("no float32 input to lower the precision of, or a pole-sensitive op")
+        if case_id.startswith("layer_norm_backward"):
+            pytest.skip("eager's CUDA kernel takes float32 mean and rstd only; lowering every input is no real call")
         atol, rtol = (max(atol, TOLERANCE[dtype][0]), max(rtol, TOLERANCE[dtype][1]))
     check_case(op, args, kwargs, atol, rtol, first_only, device="cuda", dtype=dtype)
 
@@ -231,3 +233,20 @@ def test_a_kernel_that_fails_to_compile_ahead_is_reported_not_raised(tmp_path):
     report = precompile_on_device(jobs)
     assert len(report.failures) == 1 and report.failures[0].startswith("broken_kernel")
     assert report.jobs == len(jobs)
+
+
+def test_launchers_are_built_while_compiling_not_at_the_first_call(tmp_path, monkeypatch):
+    import triton.runtime.build as build
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # no launcher built yet
+    builds = []
+    real = build._build
+    monkeypatch.setattr(build, "_build", lambda *a, **k: builds.append(a[0]) or real(*a, **k))
+    fn, inputs, atol, rtol = next(p.values for p in PROGRAMS if p.id == "residual_norm_gelu")
+    b, program, tensors = build_program(fn, inputs, "cuda")
+    compiled = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path / "fireclay")))
+    assert builds, "compiling ahead built no launcher"
+    builds.clear()
+    for g, w in zip(compiled(*tensors), b.eager(*tensors)):
+        torch.testing.assert_close(g, w, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))
+    assert builds == []

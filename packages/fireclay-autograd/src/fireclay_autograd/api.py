@@ -16,9 +16,10 @@ import torch
 
 from fireclay_autograd import __version__
 from fireclay_autograd.artifacts import InferenceArtifact, TrainingArtifact
-from fireclay_autograd.convert import empty_like_meta, tensor_meta, torch_dtype
+from fireclay_autograd.convert import example_tensors, tensor_meta, torch_dtype
 from fireclay_autograd.executor import run_program
 from fireclay_autograd.joint import TracedGraph, trace_forward, trace_joint
+from fireclay_autograd.layouts import BackwardAtFirstCall
 from fireclay_autograd.partition import Partition, partition
 from fireclay_autograd.runtime import InferenceRuntime, OutputPlan, TrainingRuntime
 from fireclay_ir import IRError, Program, Weight, bind_inputs
@@ -212,7 +213,8 @@ class CompiledProgram:
     def _compile_training(self, inputs: list[Any]) -> TrainingRuntime:
         art = self._artifact("training", inputs, self._training_artifact)
         fw = self.fw_compiler(art.forward, list(inputs) + art.constants)
-        bw = self.bw_compiler(art.backward, _examples(art.backward))
+        # Compiled for the layouts the saved tensors and tangents arrive in (fireclay_autograd.layouts).
+        bw = BackwardAtFirstCall(self.bw_compiler, art.backward, _examples)
         return TrainingRuntime(fw, bw, art.plan, art.constants, art.num_saved, art.tangent_outputs,
                                art.grad_inputs, art.tangent_metas)
 
@@ -241,7 +243,7 @@ def _describe(sig: Any) -> str:
 
 
 def _examples(program: Program) -> list[torch.Tensor]:
-    return [empty_like_meta(v.meta, v.meta.device).zero_() for v in program.main.inputs]
+    return example_tensors(program.main.inputs)
 
 
 def compile_program(program: Program, example_inputs: Sequence[Any], *, fw_compiler: Backend | None = None,

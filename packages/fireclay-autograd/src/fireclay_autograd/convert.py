@@ -6,13 +6,13 @@ arguments, the executor turns IR arguments back into torch objects.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sympy
 import torch
 
-from fireclay_ir import Device, DType, IRError, Layout, MemoryFormat, ScalarType, TensorMeta
+from fireclay_ir import Device, DType, IRError, Layout, MemoryFormat, ScalarType, TensorMeta, Value
 from fireclay_shapes import dumps, parse, python_code
 
 Dim = Any  # an int, or a symbolic size's expression string
@@ -57,15 +57,19 @@ def tensor_meta(t: torch.Tensor, device: torch.device | None = None) -> TensorMe
     sizes (``torch.SymInt``) become expression strings."""
     from fireclay_autograd.fake import ir_dim
 
-    shape = tuple(ir_dim(s) for s in t.shape)
-    strides = tuple(ir_dim(s) for s in t.stride())
+    # Plain attribute reads: a fake's __torch_function__ has nothing to add to them, and going
+    # through it for each of the six costs more than the rest of this function.
+    with torch._C.DisableTorchFunctionSubclass():
+        shape = tuple(ir_dim(s) for s in t.shape)
+        strides = tuple(ir_dim(s) for s in t.stride())
+        offset, dtype, own_device, requires_grad = t.storage_offset(), t.dtype, t.device, t.requires_grad
     return TensorMeta(
-        dtype=dtype_name(t.dtype),
+        dtype=dtype_name(dtype),
         shape=shape,
         strides=None if same_dims(strides, contiguous_strides(shape)) else strides,
-        storage_offset=ir_dim(t.storage_offset()),
-        device=device_name(device or t.device),
-        requires_grad=bool(t.requires_grad),
+        storage_offset=ir_dim(offset),
+        device=device_name(device or own_device),
+        requires_grad=bool(requires_grad),
     )
 
 
@@ -148,6 +152,19 @@ def empty_like_meta(meta: TensorMeta, device: str | torch.device = "meta",
         needed = meta.storage_offset
     base = torch.empty(max(needed, 0), dtype=torch_dtype(meta.dtype), device=device)
     return base.as_strided(meta.shape, meta_strides(meta), meta.storage_offset)
+
+
+def example_tensors(values: Sequence[Value], sizes: Mapping[str, int] | None = None) -> list[torch.Tensor]:
+    """Example tensors for graph inputs, made before any real one exists (the backward's, at
+    compile time): the right dtype, sizes, strides and device, and unspecified values, except
+    that integer and bool ones are zero (a backend that runs them indexes in bounds). Filling
+    the floating ones, saved activations among them, would write every byte of them on each
+    compile. ``sizes``: values of the symbols in symbolic shapes."""
+    out = []
+    for v in values:
+        t = empty_like_meta(v.meta, v.meta.device, sizes)
+        out.append(t if t.is_floating_point() or t.is_complex() else t.zero_())
+    return out
 
 
 def to_ir_atom(x: Any) -> Any:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fireclay_autograd.convert import empty_like_meta, torch_dtype
+from fireclay_autograd.convert import example_tensors, torch_dtype
 from fireclay_autograd.executor import bind_symbols
 from fireclay_autograd.joint import symbolic_mode, trace_forward, trace_joint
 from fireclay_autograd.partition import partition
@@ -157,8 +157,7 @@ class DynamicProgram:
         fw_carriers = add_size_carriers(part.forward.main)
         bw_carriers = add_size_carriers(part.backward.main)
         fw = owner.fw_compiler(part.forward, list(inputs) + constants + _carry_examples(fw_carriers, values))
-        bw_examples = [empty_like_meta(v.meta, v.meta.device, values).zero_() for v in part.backward.main.inputs]
-        bw = owner.bw_compiler(part.backward, bw_examples)
+        bw = owner.bw_compiler(part.backward, example_tensors(part.backward.main.inputs, values))
         plan = OutputPlan(f.num_user_outputs, f.mutated_inputs, f.output_aliases, 0, f.num_hidden_outputs)
         tangent_metas = [(tuple(v.meta.shape), torch_dtype(v.meta.dtype), torch.device(v.meta.device))
                          for v in traced.graph.inputs[traced.num_forward_inputs:]]

@@ -127,7 +127,11 @@ class _Functionalizer:
         self._meta: dict[str, Any] = {}
 
     # -- emitting nodes with inferred types
-    def emit(self, op: str, args: tuple, kwargs: dict) -> list[Value]:
+    def emit(self, op: str, args: tuple, kwargs: dict, known: list[Any] | None = None) -> list[Value]:
+        """Add ``op`` to the new graph. Its output types are ``known`` when given (see
+        :meth:`recorded_types`), else inferred by running the op on fakes."""
+        if known is not None:
+            return list(self.graph.call(op, args, kwargs, out=known, meta=dict(self._meta)))
         overload = aten_overload(op)
         fake_args = map_values(args, self._fake)
         fake_kwargs = map_values(kwargs, self._fake)
@@ -143,6 +147,21 @@ class _Functionalizer:
             if isinstance(o, FakeTensor):
                 self.fakes[v] = o
         return list(values)
+
+    @staticmethod
+    def recorded_types(node: Node, args: Any, kwargs: Any) -> list[Any] | None:
+        """The traced node's own output types, when its tensor arguments here have exactly the
+        types they had in the trace: an op's output metadata follows from its inputs' metadata
+        and its other arguments, so running it on fakes again would give the same types. That
+        holds for every node no in-place write reaches, most of a graph, and spares a second
+        run of each op's meta kernel. None (infer them) otherwise."""
+        if not node.outputs or not all(o.is_tensor for o in node.outputs):
+            return None
+        before = list(iter_values((node.args, node.kwargs)))
+        after = list(iter_values((args, kwargs)))
+        if len(before) != len(after) or any(a.type != b.type for a, b in zip(before, after)):
+            return None
+        return [o.type for o in node.outputs]
 
     def emit1(self, op: str, *args: Any, **kwargs: Any) -> Value:
         return self.emit(op, args, kwargs)[0]
@@ -242,7 +261,8 @@ class _Functionalizer:
         elif any(r.alias_info is not None for r in schema.returns):
             self.visit_view(node)
         else:
-            outs = self.emit(node.op, self.arg(node.args), self.arg(node.kwargs))
+            args, kwargs = self.arg(node.args), self.arg(node.kwargs)
+            outs = self.emit(node.op, args, kwargs, self.recorded_types(node, args, kwargs))
             self.bind_fresh(node, outs)
 
     def bind_fresh(self, node: Node, outs: list[Value]) -> None:
@@ -254,7 +274,8 @@ class _Functionalizer:
 
     def visit_view(self, node: Node) -> None:
         source = self.env[node.args[0]]
-        outs = self.emit(node.op, self.arg(node.args), self.arg(node.kwargs))
+        args, kwargs = self.arg(node.args), self.arg(node.kwargs)
+        outs = self.emit(node.op, args, kwargs, self.recorded_types(node, args, kwargs))
         for k, (old, new) in enumerate(zip(node.outputs, outs)):
             step = self.view_step(node, k)
             self.env[old] = _Alias(source.base, source.chain + (step,), new, source.base.version)

@@ -32,6 +32,7 @@ RECOMPUTABLE_OPS: frozenset[str] = frozenset({
     "aten::squeeze.dims", "aten::diagonal.default", "aten::as_strided.default", "aten::clone.default",
     "aten::_to_copy.default", "aten::full.default", "aten::full_like.default", "aten::scalar_tensor.default",
     "aten::empty.memory_format", "aten::zeros_like.default", "aten::ones_like.default",
+    "aten::split_with_sizes.default", "aten::split.Tensor", "aten::unbind.int",
 })
 
 
@@ -43,7 +44,7 @@ VIEW_OPS: frozenset[str] = frozenset({
     "aten::view.default", "aten::alias.default", "aten::permute.default", "aten::expand.default",
     "aten::slice.Tensor", "aten::select.int", "aten::unsqueeze.default", "aten::squeeze.dim",
     "aten::squeeze.dims", "aten::diagonal.default", "aten::as_strided.default", "aten::t.default",
-    "aten::transpose.int",
+    "aten::transpose.int", "aten::split_with_sizes.default", "aten::split.Tensor", "aten::unbind.int",
 })
 _VIEW_PENALTY = 1.05
 
@@ -114,6 +115,9 @@ def partition(joint: Graph, num_forward_inputs: int, num_forward_outputs: int, *
     saved = sorted(saved, key=order.__getitem__)
 
     forward = _extract(joint, "forward", primals, list(fw_outputs) + saved)
+    # Outputs only the backward reads: a code generator may return them in the layout it
+    # computed them in, since the backward is compiled for the layouts it receives (layouts.py).
+    forward.meta["autograd.saved_outputs"] = list(range(len(fw_outputs), len(fw_outputs) + len(saved)))
     # The backward's inputs are all handed over at run time (saved tensors, tangents), even
     # where a saved tensor is a parameter: they are plain inputs there.
     backward = _extract(joint, "backward", saved + tangents, list(bw_outputs), keep_specs=False)

@@ -129,8 +129,8 @@ class AtenTracer(TorchDispatchMode):
     def _record(self, func, args, kwargs):
         name = op_name(func)
         lift = lambda x: self.lift_constant(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x  # noqa: E731
-        args = pytree.tree_map(lift, args)
-        kwargs = pytree.tree_map(lift, kwargs)
+        args = map_leaves(lift, args)
+        kwargs = map_leaves(lift, kwargs)
         if torch.Tag.data_dependent_output in func.tags:
             raise TracingError(f"{name} produces a data-dependent value (like .item() or .tolist()), which a "
                                f"graph cannot hold yet{self._where()}\n  move it out of the compiled region")
@@ -160,8 +160,8 @@ class AtenTracer(TorchDispatchMode):
                                    f"hold yet{self._where()}; move .item()/.tolist() out of the compiled region")
             else:
                 types.append(scalar_type(o))
-        ir_args = pytree.tree_map(_to_ir, args)
-        ir_kwargs = pytree.tree_map(_to_ir, kwargs)
+        ir_args = map_leaves(_to_ir, args)
+        ir_kwargs = map_leaves(_to_ir, kwargs)
         meta = {k: self._node_meta[k] for k in CARRIED_META if k in self._node_meta}
         if not meta:
             meta = self._backward_source()
@@ -250,6 +250,20 @@ def functional_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | N
     if packet is None:
         return None
     return getattr(packet, func._overloadname, None)
+
+
+def map_leaves(fn, x: Any) -> Any:
+    """``pytree.tree_map(fn, x)`` for an op's arguments. Those are tuples, lists and dicts of
+    leaves, walked here directly (pytree's general machinery costs more than the rest of
+    recording a node); any other container pytree knows goes to pytree."""
+    t = type(x)
+    if t is tuple or t is list:
+        return t([map_leaves(fn, a) for a in x])
+    if t is dict:
+        return {k: map_leaves(fn, v) for k, v in x.items()}
+    if t in pytree.SUPPORTED_NODES or isinstance(x, tuple):
+        return pytree.tree_map(fn, x)
+    return fn(x)
 
 
 def _to_ir(x: Any) -> Any:

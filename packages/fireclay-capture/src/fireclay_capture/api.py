@@ -4,11 +4,14 @@ function's bytecode again (up to the recompile limit)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import inspect
 import logging
 import types
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -28,6 +31,20 @@ from fireclay_capture.variables.functions import is_generator_context_factory
 from fireclay_capture.variables.objects import _hooks_of
 
 log = logging.getLogger("fireclay_capture")
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Automatic garbage collection off for the block (see ``config.pause_gc``); a no-op when
+    it is already off (nested captures: resume functions captured during a first call)."""
+    if not config.pause_gc or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def capture(fn_or_module=None, *, backend="eager", fullgraph: bool = False, dynamic: bool | None = None):
@@ -127,14 +144,16 @@ class CapturedFunction:
             return run_eagerly()
         if self.cache.entries and self.dynamic is None and config.automatic_dynamic:
             self._note_changed_sizes(L)
-        entry = self._capture(L)
-        self.cache.entries.append(entry)
-        if entry.compiled is None:
-            return run_eagerly()
-        inputs = entry.guards(L)
-        if inputs is None:  # pragma: no cover - a trace must accept the call it was made from
-            raise AssertionError(f"fresh guards rejected their own inputs:\n{entry.guards.source}")
-        return entry.run(inputs, L)
+        with _collector_paused():
+            entry = self._capture(L)
+            self.cache.entries.append(entry)
+            if entry.compiled is not None:
+                inputs = entry.guards(L)
+                if inputs is None:  # pragma: no cover - a trace must accept the call it was made from
+                    raise AssertionError(f"fresh guards rejected their own inputs:\n{entry.guards.source}")
+                # The first call compiles the program (backends compile lazily), so it runs paused too.
+                return entry.run(inputs, L)
+        return run_eagerly()
 
     def _note_changed_sizes(self, L: dict) -> None:
         """Automatic dynamic: dims whose size differs from the last capture become symbolic."""

@@ -134,11 +134,11 @@ class CompiledGuards:
             return consts[id(obj)]
 
         def ref(source: Source) -> str:
+            if source in names:  # its constants were named with it
+                return names[source]
             for part in source.parts():
                 if isinstance(part, ConstSource):
                     const(part.obj, "G" if part.hint == "G" else "c")
-            if source in names:
-                return names[source]
             base = getattr(source, "base", None)
             if isinstance(source, ConstSource):
                 return source.expr(consts)

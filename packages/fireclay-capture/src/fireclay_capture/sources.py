@@ -59,10 +59,25 @@ class ConstSource(Source):
         return self.hint
 
 
+class _ChainedSource(Source):
+    """A source one step from its ``base``. Chains run deep (``self.encoder.layer[3].attention
+    .query.weight``) and sources are hashed often (guard sets, name tables): the hash is
+    computed once per object, from the same fields as equality."""
+
+    def __hash__(self):
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((type(self),) + tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+
 @dataclass(frozen=True)
-class AttrSource(Source):
+class AttrSource(_ChainedSource):
     base: Source
     name: str
+
+    __hash__ = _ChainedSource.__hash__
 
     def expr(self, consts):
         b = self.base.expr(consts)
@@ -73,9 +88,11 @@ class AttrSource(Source):
 
 
 @dataclass(frozen=True)
-class ItemSource(Source):
+class ItemSource(_ChainedSource):
     base: Source
     key: Any
+
+    __hash__ = _ChainedSource.__hash__
 
     def expr(self, consts):
         return f"{self.base.expr(consts)}[{self.key!r}]"

@@ -18,6 +18,12 @@ Vectorisation: each reduction loop is ``omp simd`` with its accumulators as Open
 Welford's update divides per element and does not vectorise, so outside split reductions it
 becomes two passes over the row: a sum for the mean, then a sum of squared deviations.
 
+Column reductions (a reduction whose memory is contiguous along the innermost kept dim and
+strided along the reduced one: a bias gradient, the column sums of a ``[rows, cols]`` tensor) run
+the other way round: the kept dim goes in blocks of :data:`COLUMN_BLOCK` points, one accumulator
+per point of the block, the reduction loop outside and an ``omp simd`` loop over the block
+inside, so every load reads consecutive addresses instead of gathering one per lane.
+
 Parallelism: the outer loops are an OpenMP ``parallel for`` (all but the innermost for pointwise
 kernels, so the innermost stays a plain loop the compiler vectorises). When there are few outer
 points and a long reduction, the reduction loop itself is split over threads instead, with
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,6 +48,7 @@ from fireclay_shapes import cpp_code
 
 PARALLEL_MIN_WORK = 16384  # points of work below which the OpenMP fork costs more than it saves
 SPLIT_REDUCTION_MIN = 4096  # reduction length from which a lone reduction is split over threads
+COLUMN_BLOCK = 64  # kept-dim points per block of a column reduction (its accumulators live in arrays)
 
 
 def ctype(dtype: str) -> str:
@@ -118,6 +126,16 @@ def _float_literal(v: float) -> str:
     return repr(float(v))
 
 
+def _as_float32(v: float) -> float:
+    """``v`` rounded to the nearest float32 (as a C++ cast to float rounds it); a finite value
+    beyond float32's range is left to the cast."""
+    try:
+        rounded = struct.unpack("f", struct.pack("f", v))[0]
+    except OverflowError:
+        return v
+    return v if math.isinf(rounded) and not math.isinf(v) else rounded
+
+
 def _int_literal(v: int) -> str:
     if v == -(2**63):
         return "(-9223372036854775807LL - 1)"
@@ -133,10 +151,20 @@ class _CValues:
         self.ridx = ridx  # the flat reduction index of this node (argmax/argmin positions)
         self.count = 0
 
-    def _val(self, expr: str, ctype_: str, deps: list[_Val], varying: bool | None = None) -> _Val:
+    def _val(self, expr: str, ctype_: str, deps: list[_Val], varying: bool | None = None,
+             loads: str | None = None) -> _Val:
+        """The value of ``expr``; one the kernel already computed from the same dependencies is
+        reused (the nodes of a fused kernel repeat loads and math: a GELU and its gradient both
+        take erf of the same input). ``loads``: the buffer ``expr`` reads, whose reads a store
+        to it makes stale."""
+        key = (loads, expr, ctype_, tuple(id(d) for d in deps))
+        found = self.gen.values.get(key)
+        if found is not None:
+            return found
         name = f"{self.prefix}t{self.count}"
         self.count += 1
-        return _Val(name, f"{ctype_} {name} = {expr};", deps, ctype_, varying=varying)
+        val = self.gen.values[key] = _Val(name, f"{ctype_} {name} = {expr};", deps, ctype_, varying=varying)
+        return val
 
     def _index(self, index) -> tuple[str, list[_Val]]:
         return self.gen.index(index), self.gen.indirect_deps(index)
@@ -149,12 +177,12 @@ class _CValues:
     # memory
     def load(self, buf, index):
         if buf in self.gen.local:
-            store = self.gen.internal_store(buf)
-            return self._val(f"int_{buf}", store.ctype, [store])
+            return self.gen.internal_store(buf)
         text, deps = self._index(index)
         dtype = self.gen.buffer_dtype(buf)
         self.gen.use_buffer(buf, write=False)
-        return self._val(_widen(dtype, f"{buf}[{text}]"), ctype(dtype), deps, self._varies(index))
+        self.gen.accesses.append(index)
+        return self._val(_widen(dtype, f"{buf}[{text}]"), ctype(dtype), deps, self._varies(index), loads=buf)
 
     def masked_load(self, buf, index, mask):
         if buf in self.gen.local:
@@ -163,15 +191,20 @@ class _CValues:
         text, deps = self._index(index)
         dtype = self.gen.buffer_dtype(buf)
         self.gen.use_buffer(buf, write=False)
+        self.gen.accesses.append(index)
         t = ctype(dtype)
         return self._val(f"{mask.name} ? ({t})({_widen(dtype, f'{buf}[{text}]')}) : {t}(0)", t, deps + [mask],
-                         self._varies(index))
+                         self._varies(index), loads=buf)
 
     def store(self, buf, index, value):
         dtype = self.gen.buffer_dtype(buf)
         if buf in self.gen.local:
-            # Round as a trip through memory would, so fused half-precision code matches eager.
             t = ctype(dtype)
+            if dtype not in ("float16", "bfloat16") and value.ctype == t:
+                # The value itself: a read of it is the value (and math on it is shared).
+                self.gen.internal_stores[buf] = value
+                return None
+            # Round as a trip through memory would, so fused half-precision code matches eager.
             v = _round_half(dtype, f"({t})({value.name})")
             val = _Val(f"int_{buf}", f"{t} int_{buf} = {v};", [value], t)
             self.gen.internal_stores[buf] = val
@@ -179,6 +212,8 @@ class _CValues:
             return None
         text, deps = self._index(index)
         self.gen.use_buffer(buf, write=True)
+        self.gen.accesses.append(index)
+        self.gen.values = {k: v for k, v in self.gen.values.items() if k[0] != buf}  # its reads are stale
         stmt = _Val(f"{self.prefix}st{self.count}", f"{buf}[{text}] = {_narrow(dtype, value.name)};",
                     deps + [value], varying=True)
         self.count += 1
@@ -193,7 +228,9 @@ class _CValues:
         if dtype == "bool":
             return self._val("true" if value else "false", t, [])
         if dtype.startswith(("float", "bfloat")):
-            return self._val(f"({t})({_float_literal(float(value))})", t, [])
+            # (the literal rounded as the cast rounds it: equal constants then read equal)
+            value = _as_float32(float(value)) if t == "float" else float(value)
+            return self._val(f"({t})({_float_literal(value)})", t, [])
         return self._val(f"({t})({_int_literal(int(value))})", t, [])
 
     def index_expr(self, expr, dtype):
@@ -319,6 +356,8 @@ class _KernelGen(KernelGenState):
         self.internal_stores: dict[str, _Val] = {}
         self.accumulators: list[_Acc] = []
         self.roots: list[_Val] = []
+        self.accesses: list[sympy.Expr] = []  # index of every memory load and store
+        self.values: dict[tuple, _Val] = {}  # computed values, for reuse (see _CValues._val)
         # A pointwise kernel of several loops: values that do not change along the innermost
         # loop (a per-channel scale) are computed once per outer point, before it.
         self.inner_only = not kernel.rsizes and len(kernel.xsizes) > 1 and kernel.kind == "pointwise"
@@ -374,6 +413,10 @@ class _KernelGen(KernelGenState):
             stages.setdefault(kn.stage, []).append((pre, in_loop, after))
         xnumel, rnumel = self.hint(k.numel), self.hint(k.rnumel)
         split = bool(k.rsizes) and rnumel >= SPLIT_REDUCTION_MIN and xnumel < self.threads
+        # (later stages without a loop of their own only read the reduction's results)
+        later = [n for stage in sorted(stages)[1:] for n in stages[stage]]
+        if not split and not any(in_loop for _, in_loop, _ in later) and self._reads_columns():
+            return self._column_function(xs, rs, stages[min(stages)], later)
         if not split:
             for a in self.accumulators:
                 if a.welford is not None or a.plain_sum is not None:
@@ -447,6 +490,96 @@ class _KernelGen(KernelGenState):
             for v in after:
                 _place(v, outer)
 
+    def _reads_columns(self) -> bool:
+        """Whether this reduction's memory runs along the innermost kept dim rather than the
+        innermost reduced one: some access is contiguous in ``x`` (last) and none in ``r`` (last)."""
+        k = self.kernel
+        if not k.rsizes or not k.xsizes:
+            return False
+        x, r = k.xvars[-1], k.rvars[-1]
+        along_x = along_r = 0
+        for index in self.accesses:
+            index = sympy.sympify(index)
+            if not any(s.name in self.rnames for s in index.free_symbols):
+                continue  # read once per kept point, whatever the loop order
+            if _step(index, r, self.hint) == 1:
+                along_r += 1
+            elif _step(index, x, self.hint) == 1:
+                along_x += 1
+        return along_x > 0 and along_r == 0
+
+    def _column_function(self, xs, rs, nodes, later) -> KernelSource:
+        """The kernel with the innermost kept dim in blocks, the reduction loop over each block
+        and an ``omp simd`` loop over the block's points inside it (see the module docstring).
+        ``nodes``: the first stage's (before, in loop, after) values per node; ``later``: those
+        of later stages, which have nothing in a loop. What the reduction loop needs that does
+        not change along it (a mask of a concatenation, a per-column scale) is computed once per
+        point before it, into an array; the loop after the reduction recomputes what it needs."""
+        k = self.kernel
+        nx = len(xs)
+        last, extent = f"x{nx - 1}", xs[-1]
+        width = self._column_block()
+        arrays, restore = [], []
+        for a in self.accumulators:
+            if a.plain_sum is not None:
+                t, value = a.plain_sum
+                a.add_stmt.decl = f"{a.name}_col[fc_i] += ({t})({value.name});"
+                arrays += [f"{t} {a.name}_col[{width}];",
+                           f"for (int64_t fc_i = 0; fc_i < {width}; fc_i++) {a.name}_col[fc_i] = 0;"]
+                restore.append(f"{a.decl_type} {a.name}; {a.name}.v = {a.name}_col[fc_i];")
+            else:
+                # (Welford included: its online update is exact enough, and here it vectorises)
+                a.add_stmt.decl = a.add_stmt.decl.replace(f"{a.name}.add(", f"{a.name}_col[fc_i].add(", 1)
+                arrays.append(f"{a.decl_type} {a.name}_col[{width}];")
+                restore.append(f"{a.decl_type} {a.name} = {a.name}_col[fc_i];")
+        pre, loop, epilogue = _Scope([]), _Scope([]), _Scope([])
+        kept: list[_Val] = []  # values the reduction loop reads per point from an array
+        for before, in_loop, after in nodes:
+            for v in before:
+                _place(v, pre)
+            for v in in_loop:
+                _place_in_column_loop(v, loop, pre, kept)
+            for v in after:
+                _place(v, epilogue)
+        pre.lines += [f"{v.name}_col[fc_i] = {v.name};" for v in kept]
+        arrays += [f"{v.ctype} {v.name}_col[{width}];" for v in kept]
+        for before, _, after in later:
+            for v in before + after:
+                _place(v, epilogue)
+        point = [f"const int64_t {last} = fc_xb + fc_i;"]
+
+        def over_block(lines: list[str], simd: bool = False) -> list[str]:
+            head = ["#pragma omp simd"] if simd else []
+            return head + ["for (int64_t fc_i = 0; fc_i < fc_xn; fc_i++) {"] + _indent(point + lines) + ["}"]
+
+        rheads = [f"for (int64_t r{d} = 0; r{d} < {rs[d]}; r{d}++) {{" for d in range(len(rs))]
+        block = [f"const int64_t fc_xn = ({extent}) - fc_xb < {width} ? ({extent}) - fc_xb : {width};"] + arrays
+        if pre.lines:
+            block += over_block(pre.lines)
+        block += rheads + _indent(over_block(loop.lines, simd=True)) + ["}"] * len(rheads)
+        block += over_block(restore + epilogue.lines)
+        heads = [f"for (int64_t x{d} = 0; x{d} < {xs[d]}; x{d}++) {{" for d in range(nx - 1)]
+        heads.append(f"for (int64_t fc_xb = 0; fc_xb < {extent}; fc_xb += {width}) {{")
+        body = []
+        work = k.numel * k.rnumel
+        if work.is_Integer and int(work) >= PARALLEL_MIN_WORK:
+            body.append(f"#pragma omp parallel for collapse({nx})")
+        elif not work.is_Integer:
+            body.append(f"#pragma omp parallel for collapse({nx}) if({self.index(work)} >= {PARALLEL_MIN_WORK})")
+        body += heads + _indent(block) + ["}"] * nx
+        return self._source(body)
+
+    def _column_block(self) -> int:
+        """Points per block: :data:`COLUMN_BLOCK`, halved (down to 16) while there are fewer
+        blocks than threads, so that a few wide columns still keep every thread busy."""
+        k = self.kernel
+        width = COLUMN_BLOCK
+        outer = self.hint(sympy.Mul(*k.xsizes[:-1]))
+        extent = self.hint(k.xsizes[-1])
+        while width > 16 and outer * -(-extent // width) < self.threads:
+            width //= 2
+        return width
+
     def _welford_second_pass(self, accs: list[_Acc], head, tail, rs, outer: _Scope) -> None:
         """Mean from the first loop's sums, then a second loop summing squared deviations: two
         plain sums vectorise where Welford's per-element division does not, and are as exact."""
@@ -469,7 +602,8 @@ class _KernelGen(KernelGenState):
         lines.extend(f"{a.name}.mean = {a.name}_mean; {a.name}.m2 = {a.name}_m2; {a.name}.n = {a.name}_n;"
                      for a in accs)
 
-    def _function(self, xs, rs, lines, split, inner: list[str] | None = None) -> KernelSource:
+    def _source(self, body: list[str]) -> KernelSource:
+        """The function around ``body``: one pointer per buffer, then the size symbols."""
         k = self.kernel
         buffers = sorted(self.buffers)
         symbols = sorted(self.symbols)
@@ -478,7 +612,12 @@ class _KernelGen(KernelGenState):
             const = "" if self.buffers[b] else "const "
             params.append(f"{const}{storage_type(self.buffer_dtype(b))}* __restrict__ {b}")
         params += [f"const int64_t {s}" for s in symbols]
-        out = [f'extern "C" void {k.name}({", ".join(params)}) {{']
+        out = [f'extern "C" void {k.name}({", ".join(params)}) {{'] + _indent(body) + ["}"]
+        return KernelSource(k.name, "\n".join(out) + "\n", buffers, symbols,
+                            sorted({a.decl_type for a in self.accumulators}))
+
+    def _function(self, xs, rs, lines, split, inner: list[str] | None = None) -> KernelSource:
+        k = self.kernel
         body: list[str] = []
         nx = len(xs)
         if nx:
@@ -505,9 +644,49 @@ class _KernelGen(KernelGenState):
                 body += heads + _indent(lines) + ["}"] * nx
         else:
             body += lines
-        out += _indent(body) + ["}"]
-        return KernelSource(k.name, "\n".join(out) + "\n", buffers, symbols,
-                            sorted({a.decl_type for a in self.accumulators}))
+        return self._source(body)
+
+
+def _step(index: sympy.Expr, var: sympy.Symbol, hint: Callable[[sympy.Expr], int]) -> int | None:
+    """How far ``index`` moves when loop variable ``var`` grows by one: a constant, or for
+    floor divisions and remainders the move seen at two sample points when both agree (a
+    reshaped view moves by its inner stride except at the edges); else None."""
+    names = {s.name: s for s in index.free_symbols}
+    if var.name not in names:
+        return 0
+    v = names[var.name]
+    step = sympy.expand(index.xreplace({v: v + 1}) - index)
+    if step.is_Integer:
+        return int(step)
+    loop_vars = [s for n, s in names.items() if n[0] in "xr" and n[1:].isdigit()]
+    seen = set()
+    for at in (0, 3):
+        point = {s: sympy.Integer(at) for s in loop_vars}
+        moved = index.xreplace({**point, v: sympy.Integer(at + 1)}) - index.xreplace(point)
+        try:
+            seen.add(int(hint(moved)))
+        except (TypeError, ValueError, KeyError):  # (an indirect index: no fixed step)
+            return None
+    return seen.pop() if len(seen) == 1 else None
+
+
+def _place_in_column_loop(v: _Val, loop: _Scope, before: _Scope, kept: list[_Val]) -> None:
+    """Declare ``v`` in the reduction loop of a column kernel: a value that does not change
+    along the reduction (and is not a constant) is computed in ``before``, once per point, and
+    read back from its array (listed in ``kept``)."""
+    if loop.visible(v):
+        return
+    if not v.in_loop() and v.deps:
+        _place(v, before)
+        kept.append(v)
+        loop.lines.append(f"{v.ctype} {v.name} = {v.name}_col[fc_i];")
+        loop.seen.add(v)
+        return
+    for d in v.deps:
+        _place_in_column_loop(d, loop, before, kept)
+    if v.decl:
+        loop.lines.append(v.decl)
+    loop.seen.add(v)
 
 
 def _feeds_only_loop(v: _Val) -> bool:

@@ -8,13 +8,35 @@ variable                           meaning                                      
 ``FIRECLAY_LOOPS_PERMUTE_RANK``    highest rank whose loop orders are tried      5
 ``FIRECLAY_LOOPS_INLINE_OPS``      longest producer body recomputed in consumers 24
 ``FIRECLAY_LOOPS_VERIFY``          verify every schedule (0 skips the check)     1
+``FIRECLAY_LOOPS_MERGE_LOOPS``     merge a kernel's adjacent loops that every    1
+                                   index walks as one (0 keeps the tensors'
+                                   loops; :mod:`fireclay_loops.merge_loops`)
+``FIRECLAY_LOOPS_CHANNELS_LAST``   device types (comma-separated; ``none``)      cpu
+                                   whose programs with 2-D convolutions keep
+                                   4-D activations channels-last
+``FIRECLAY_LOOPS_UNFUSE_ADDMM``    device types whose ``addmm`` becomes ``mm``   cuda
+                                   plus a bias our kernels fuse, when only our
+                                   kernels read it (:mod:`.lowering.matmul`)
 =================================  ============================================  =======
+
+``channels_last`` names device types, not devices: ``cpu``, ``cuda``. On the CPU, oneDNN runs
+convolutions on channels-last tensors without reordering them on every call, so there the
+layout around convolutions is channels-last by default (see :mod:`fireclay_loops.layout`); on
+CUDA the choice is left off until it is measured there.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+
+def _env_devices(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    names = tuple(d.strip().lower() for d in raw.split(",") if d.strip())
+    return () if names in ((), ("none",), ("0",)) else names
 
 
 def _env_int(name: str, default: int) -> int:
@@ -34,6 +56,9 @@ class Config:
     max_permutation_rank: int = 5
     max_inline_ops: int = 24
     verify: bool = True
+    merge_loops: bool = True
+    channels_last: tuple[str, ...] = ("cpu",)
+    unfuse_addmm_bias: tuple[str, ...] = ("cuda",)
 
     @classmethod
     def from_env(cls) -> Config:
@@ -43,6 +68,9 @@ class Config:
             max_permutation_rank=_env_int("FIRECLAY_LOOPS_PERMUTE_RANK", 5),
             max_inline_ops=_env_int("FIRECLAY_LOOPS_INLINE_OPS", 24),
             verify=bool(_env_int("FIRECLAY_LOOPS_VERIFY", 1)),
+            merge_loops=bool(_env_int("FIRECLAY_LOOPS_MERGE_LOOPS", 1)),
+            channels_last=_env_devices("FIRECLAY_LOOPS_CHANNELS_LAST", ("cpu",)),
+            unfuse_addmm_bias=_env_devices("FIRECLAY_LOOPS_UNFUSE_ADDMM", ("cuda",)),
         )
 
 

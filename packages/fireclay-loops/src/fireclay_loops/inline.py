@@ -2,6 +2,11 @@
 with it (it reads the producer's buffer at another index: a broadcast, a flip, a shifted
 slice...), so the buffer need not be stored for that consumer.
 
+Producers are visited after their consumers, so a chain ending in such a consumer is recomputed
+there whole (batch norm -> relu -> max pool: the pooling windows recompute both, and the
+normalised tensor is never stored), until the consumer's body reaches
+``INLINED_BODY_LIMIT * config.max_inline_ops`` ops; beyond that, producers are stored.
+
 The consumer's body is re-recorded define-by-run: replaying it on a handler that forwards every
 op to a new recorder, except loads of the producer's buffer, which replay the producer's body at
 the loaded position instead. The producer's loop variables are recovered from the flat index
@@ -120,6 +125,15 @@ def _outer_loops_of(p: ComputeNode, r: ComputeNode) -> bool:
     return len(outer) < len(inner) and all(exprs.equal(a, b) for a, b in zip(outer, inner))
 
 
+INLINED_BODY_LIMIT = 8  # a consumer stops taking recomputed producers at this many times max_inline_ops
+
+
+def _inlined_size(r: ComputeNode, p: ComputeNode, buf: str) -> int:
+    """Ops of ``r``'s body once ``p`` is recomputed at each of its loads of ``buf``."""
+    loads = sum(1 for b, _, _ in r.body.reads() if b == buf)
+    return len(r.body.ops) + loads * len(p.body.ops)
+
+
 def can_inline(p: ComputeNode, outputs: set[str]) -> bool:
     if p.kind != "pointwise" or len(p.body.ops) > config.max_inline_ops:  # longer ones are stored
         return False
@@ -135,13 +149,20 @@ def inline_pointwise(program: LoopProgram, decisions: list) -> LoopProgram:
     nodes = list(program.nodes)
     position = {n.name: k for k, n in enumerate(nodes)}
     outputs = program.output_buffers()
-    for name in [n.name for n in nodes]:
+    # The current version of each node by name, and what each version reads: both kept up to
+    # date as consumers are replaced, instead of searching and re-walking every body per producer.
+    by_name = {n.name: n for n in nodes}
+    reads = {n: set(n.read_buffers()) for n in nodes}
+    # Consumers before their producers: once a producer is recomputed inside its consumers, the
+    # producer's own producers see those consumers as their readers (batch norm -> relu -> max
+    # pool: relu, then the normalisation, are recomputed in the pooling windows).
+    for name in [n.name for n in reversed(nodes)]:
         # look the node up again: an earlier inlining may have replaced it by a new version
-        p = next(n for n in nodes if n.name == name)
+        p = by_name[name]
         if not isinstance(p, ComputeNode) or not can_inline(p, outputs):
             continue
         buf = p.body.writes()[0][0]
-        readers = [n for n in nodes if buf in n.read_buffers()]
+        readers = [n for n in nodes if buf in reads[n]]
         if not readers or not all(isinstance(r, ComputeNode) for r in readers):
             continue
         for r in readers:
@@ -150,10 +171,13 @@ def inline_pointwise(program: LoopProgram, decisions: list) -> LoopProgram:
             merged, reason = legal_merge(single_group(p, position[p.name]), single_group(r, position[r.name]), position)
             if merged is not None:
                 continue  # the scheduler can fuse them: nothing to recompute
+            if _inlined_size(r, p, buf) > INLINED_BODY_LIMIT * config.max_inline_ops:
+                continue  # the consumer has grown enough: this producer is stored
             k = nodes.index(r)
-            nodes[k] = inline_into(r, p, buf, program)
+            nodes[k] = by_name[r.name] = inline_into(r, p, buf, program)
+            reads[nodes[k]] = set(nodes[k].read_buffers())
             decisions.append(Decision("inline", p.name, r.name, "recompute", f"{reason}; recomputed instead"))
-        if not any(buf in n.read_buffers() for n in nodes):
+        if not any(buf in reads[n] for n in nodes):
             nodes.remove(p)
     kept = {b for n in nodes for b in n.read_buffers() + n.write_buffers()} | set(program.inputs)
     return LoopProgram({b: v for b, v in program.buffers.items() if b in kept}, nodes, list(program.inputs),

@@ -13,7 +13,8 @@ Node kinds (this docstring is their spec):
 * ``output``    — :class:`OutputBufferNode`: the buffers (or Python scalars) the program returns.
 
 A :class:`Buffer` is a named tensor in memory: dtype, device, size, strides (sympy expressions).
-Computed buffers are contiguous; inputs keep the strides they arrive with.
+Computed buffers are contiguous, or channels-last around 2-D convolutions
+(:mod:`fireclay_loops.layout`); inputs keep the strides they arrive with.
 
 ``meta`` keys on nodes: ``origins`` (the aten ops lowered into it, ``"%v3 = aten::add.Tensor"``),
 ``source`` (the user's code, copied from the aten node).
@@ -21,6 +22,7 @@ Computed buffers are contiguous; inputs keep the strides they arrive with.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,10 +56,7 @@ class Buffer:
     @property
     def storage_numel(self) -> sympy.Expr:
         """Elements of storage the buffer spans (offset included)."""
-        extent = self.offset + 1
-        for s, st in zip(self.size, self.stride):
-            extent = extent + (s - 1) * st
-        return sympy.Integer(0) if any(s == 0 for s in self.size) else sympy.expand(extent)
+        return _storage_numel(tuple(self.size), tuple(self.stride), self.offset)
 
     @property
     def itemsize(self) -> int:
@@ -66,6 +65,15 @@ class Buffer:
     @property
     def nbytes(self) -> sympy.Expr:
         return self.storage_numel * self.itemsize
+
+
+@functools.lru_cache(maxsize=4096)
+def _storage_numel(size: tuple, stride: tuple, offset: sympy.Expr) -> sympy.Expr:
+    # Asked for every buffer by every pass that weighs memory; buffers share few layouts.
+    extent = offset + 1
+    for s, st in zip(size, stride):
+        extent = extent + (s - 1) * st
+    return sympy.Integer(0) if any(s == 0 for s in size) else sympy.expand(extent)
 
 
 @dataclass(frozen=True)

@@ -63,8 +63,10 @@ class Kernel:
     def rnumel(self) -> sympy.Expr:
         return exprs.product(self.rsizes)
 
+    # Buffer names only: the nodes' own accesses, without rewriting their indices into kernel space.
     def read_buffers(self) -> list[str]:
-        return list(dict.fromkeys(b for kn in self.nodes for b, _, _ in kn.reads() if b not in self.internal))
+        return list(dict.fromkeys(b for kn in self.nodes for b, _, _ in kn.node.body.reads() if b not in self.internal))
 
     def write_buffers(self) -> list[str]:
-        return list(dict.fromkeys(b for kn in self.nodes for b, _, _ in kn.writes() if b not in self.internal))
+        return list(dict.fromkeys(b for kn in self.nodes for b, _, _ in kn.node.body.writes()
+                                  if b not in self.internal))

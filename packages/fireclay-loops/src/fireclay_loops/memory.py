@@ -60,9 +60,11 @@ def plan_memory(program: LoopProgram, steps: list[Kernel | ExternNode]) -> Memor
             last[b] = max(last.get(b, k), k)
         for b in s.read_buffers():
             last[b] = max(last.get(b, -1), k)
+    ending: dict[int, list[str]] = {}  # step -> buffers whose lifetime ends there, in lifetime order
     for b in first:
         keep = b in outputs or (b in program.inputs and b not in program.donated)
         plan.lifetimes[b] = (first[b], never if keep else last.get(b, first[b]))
+        ending.setdefault(plan.lifetimes[b][1], []).append(b)
 
     free_pool: list[tuple[str, str]] = []  # (allocation, last owner)
     owner: dict[str, str] = {}
@@ -74,6 +76,7 @@ def plan_memory(program: LoopProgram, steps: list[Kernel | ExternNode]) -> Memor
         owner[alloc.name] = b
     live_bytes = sum(program.hint(a.nbytes) for a in plan.allocations.values())
     peak = live_bytes
+    planned = 0  # allocations made for intermediates so far: mem0, mem1, ...
     for k, s in enumerate(steps):
         fresh = [b for b in s.write_buffers() if first.get(b) == k and b not in plan.buffer_allocation]
         for b in fresh:
@@ -86,15 +89,16 @@ def plan_memory(program: LoopProgram, steps: list[Kernel | ExternNode]) -> Memor
                 plan.reuses.append((b, prev, a))
                 live_bytes += program.hint(plan.allocations[a].nbytes)
             else:
-                a = f"mem{len([x for x in plan.allocations if not x.startswith('mem_')])}"
+                a = f"mem{planned}"
+                planned += 1
                 plan.allocations[a] = Allocation(a, buf.nbytes, buf.device)
                 live_bytes += program.hint(buf.nbytes)
             plan.buffer_allocation[b] = a
             owner[a] = b
             plan.allocate_before.setdefault(k, []).append(b)
         peak = max(peak, live_bytes)
-        for b, (_, end) in plan.lifetimes.items():
-            if end == k and b in plan.buffer_allocation:
+        for b in ending.get(k, ()):
+            if b in plan.buffer_allocation:
                 a = plan.buffer_allocation[b]
                 if owner.get(a) == b:
                     free_pool.append((a, b))

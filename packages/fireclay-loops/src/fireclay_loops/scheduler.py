@@ -12,7 +12,9 @@ Passes, in order (:func:`schedule`):
    the two is read at exactly the index it is written (read/write index analysis); profitable
    only if memory traffic is saved (the score, in bytes);
 3. ``order_steps``       — topological order of kernels and extern calls;
-4. ``finish_kernels``    — reduction-loop stages and internal (never stored) buffers;
+4. ``finish_kernels``    — reduction-loop stages and internal (never stored) buffers, then
+   adjacent loops every index walks as one merged (:mod:`fireclay_loops.merge_loops`,
+   ``config.merge_loops``);
 5. ``plan_memory``       — buffer lifetimes and reuse (:mod:`fireclay_loops.memory`);
 6. ``verify_schedule``   — the invariants code generators rely on (:mod:`fireclay_loops.verify`).
 
@@ -30,6 +32,7 @@ from fireclay_loops import exprs
 from fireclay_loops.config import config
 from fireclay_loops.ir import ComputeNode, ExternNode, LoopProgram
 from fireclay_loops.kernel import Kernel, KernelNode
+from fireclay_loops.merge_loops import merge_kernel_loops
 
 
 @dataclass
@@ -59,16 +62,23 @@ class Group:
     def __post_init__(self) -> None:
         self.name = "+".join(n.name for n in self.nodes)
         self._accesses: dict[str, list] = {}
-        self._reads = {b for b, _, _ in self.accesses("read")}
-        self._writes = {b for b, _, _ in self.accesses("write")}
+        # (node name, "read" / "write") -> that node's accesses in kernel variables; a merge
+        # hands the earlier group's entries on (its nodes keep their variable maps).
+        self.node_accesses: dict[tuple[str, str], list] = {}
+        self._reads = {b for n in self.nodes for b, _, _ in n.body.reads()}
+        self._writes = {b for n in self.nodes for b, _, _ in n.body.writes()}
 
     def accesses(self, which: str) -> list[tuple[str, sympy.Expr, ComputeNode]]:
         """``(buffer, index in kernel variables, node)`` of every read or write."""
         if which not in self._accesses:
             out = []
             for n in self.nodes:
-                items = n.body.reads() if which == "read" else n.body.writes()
-                out.extend((b, i.xreplace(self.var_maps[n.name]), n) for b, i, _ in items)
+                found = self.node_accesses.get((n.name, which))
+                if found is None:
+                    items = n.body.reads() if which == "read" else n.body.writes()
+                    found = [(b, i.xreplace(self.var_maps[n.name]), n) for b, i, _ in items]
+                    self.node_accesses[(n.name, which)] = found
+                out.extend(found)
             self._accesses[which] = out
         return self._accesses[which]
 
@@ -260,9 +270,6 @@ def legal_merge(a: Group, b: Group, position: dict[str, int]) -> tuple[Group | N
         return None, (f"iteration spaces differ: {_space(base)} vs {_space(other)}")
     reason = "no mapping of the loops"
     for mapping in maps:
-        var_maps = dict(base.var_maps) | _remap(other, mapping)
-        merged = Group(sorted(a.nodes + b.nodes, key=lambda n: position[n.name]),
-                       list(base.xsizes), list(base.rsizes), var_maps, min(a.order, b.order))
         first, second = (a, b)
         w1 = [(x, i.xreplace(mapping) if first is other else i, n) for x, i, n in first.accesses("write")]
         r2 = [(x, i.xreplace(mapping) if second is other else i, n) for x, i, n in second.accesses("read")]
@@ -270,6 +277,10 @@ def legal_merge(a: Group, b: Group, position: dict[str, int]) -> tuple[Group | N
         r1 = [(x, i.xreplace(mapping) if first is other else i, n) for x, i, n in first.accesses("read")]
         conflict = _index_conflict(w1, r2) or _index_conflict(w2, r1)
         if conflict is None:
+            var_maps = dict(base.var_maps) | _remap(other, mapping)
+            merged = Group(sorted(a.nodes + b.nodes, key=lambda n: position[n.name]),
+                           list(base.xsizes), list(base.rsizes), var_maps, min(a.order, b.order))
+            merged.node_accesses.update(base.node_accesses)
             return merged, "same iteration space, every shared buffer read where it is written"
         reason = conflict
     return None, reason
@@ -295,10 +306,12 @@ def _readers(state: FusionState) -> dict[str, set[str]]:
     return readers
 
 
-def fusion_score(state: FusionState, a: Group, b: Group, readers: dict[str, set[str]] | None = None) -> tuple[int, str]:
-    """Bytes of memory traffic the fusion saves, and whether it is vertical or horizontal."""
+def fusion_score(state: FusionState, a: Group, b: Group, readers: dict[str, set[str]] | None = None,
+                 outputs: set[str] | None = None) -> tuple[int, str]:
+    """Bytes of memory traffic the fusion saves, and whether it is vertical or horizontal.
+    ``readers`` and ``outputs`` (the program's output buffers): as computed once per round."""
     prog = state.program
-    outputs = prog.output_buffers()
+    outputs = prog.output_buffers() if outputs is None else outputs
     readers = _readers(state) if readers is None else readers
     saved = 0
     vertical = False
@@ -328,13 +341,14 @@ def _related_pairs(groups: list[Group]) -> list[tuple[Group, Group]]:
 
 def fuse(state: FusionState) -> None:
     tried: set[tuple[str, str]] = set()
+    outputs = state.program.output_buffers()
     for _ in range(config.max_fusion_rounds):
         pairs = []
         readers = _readers(state)
         for a, b in _related_pairs(state.groups):
             if a.writes() & b.writes():
                 continue
-            score, kind = fusion_score(state, a, b, readers)
+            score, kind = fusion_score(state, a, b, readers, outputs)
             pairs.append((score, -min(a.order, b.order), a, b, kind))
         pairs.sort(key=lambda p: (-p[0], -p[1]))
         changed = False
@@ -450,13 +464,15 @@ def _recomputable(buf: str, writer: KernelNode, index: sympy.Expr, nodes: list[K
 
 
 def finish_kernels(program: LoopProgram, steps: list[Group | ExternNode]) -> list[Kernel | ExternNode]:
-    """Each group as a :class:`Kernel` (stages, internal buffers); extern calls as they are."""
+    """Each group as a :class:`Kernel` (stages, internal buffers, merged loops); extern calls
+    as they are."""
     read_by = {id(s): (s.reads() if isinstance(s, Group) else set(s.read_buffers())) for s in steps}
     out: list[Kernel | ExternNode] = []
     for s in steps:
         if isinstance(s, Group):
             outside = set().union(*(read_by[id(o)] for o in steps if o is not s))
-            out.append(finish_kernel(f"kernel{len([k for k in out if isinstance(k, Kernel)])}", s, program, outside))
+            kernel = finish_kernel(f"kernel{len([k for k in out if isinstance(k, Kernel)])}", s, program, outside)
+            out.append(merge_kernel_loops(kernel) if config.merge_loops else kernel)
         else:
             out.append(s)
     return out

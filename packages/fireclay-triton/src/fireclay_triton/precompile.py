@@ -136,11 +136,13 @@ def precompile_on_device(jobs: list[CompileJob], workers: int | None = None,
 
         # a broken pool (None) leaves every job to the warm-up below, which then compiles it here
         forked = _forked_compile(jobs, driver.active.get_current_target(), report.workers) or {}
+        kernels = []
         for j in jobs:  # cache hits now: loads each binary into the launch's cache
             if forked.get(j):
                 report.failures.append(forked[j])
             else:
-                _warm(j, report)
+                kernels.append(_warm(j, report))
+        build_launchers(kernels, report.workers)
         report.seconds = time.perf_counter() - start
         return _count(report)
     try:
@@ -148,19 +150,58 @@ def precompile_on_device(jobs: list[CompileJob], workers: int | None = None,
     except ImportError:  # an older Triton: compile one after another, still before the first call
         _async_compile = None
     if _async_compile is None or report.workers == 1:
-        for j in jobs:
-            _warm(j, report)
+        kernels = [_warm(j, report) for j in jobs]
     else:
         with ThreadPoolExecutor(report.workers, thread_name_prefix="fireclay-triton-compile") as executor:
             mode = _async_compile.AsyncCompileMode(executor, ignore_errors=True)
             with mode:
                 pending = [(j, _warm(j, report)) for j in jobs]
+            kernels = []
             for j, future in pending:
                 error = getattr(getattr(future, "future", None), "exception", lambda: None)()
                 if error is not None:
                     report.failures.append(f"{j.name}: {type(error).__name__}: {str(error).strip()[:300]}")
+                else:
+                    kernels.append(future.result(ignore_errors=True) if hasattr(future, "result") else future)
+    build_launchers(kernels, report.workers)
     report.seconds = time.perf_counter() - start
     return _count(report)
+
+
+def build_launchers(kernels: list[Any], workers: int) -> int:
+    """Build the host launcher of each distinct kernel signature, ``workers`` at a time.
+
+    Triton launches a compiled kernel through a small C module made for its signature (argument
+    types and specialized constants), built with the system C compiler when the kernel is first
+    *run*, on the launching thread: with empty caches, half a second per distinct signature in
+    the middle of the first call. Built here in parallel, each lands in Triton's cache, and the
+    first launch only loads it. Best effort: a Triton without these internals, or a build that
+    fails, leaves the launch to build it as before. Returns the number built."""
+    try:
+        from triton.runtime.driver import driver
+
+        make = driver.active.launcher_cls
+    except (ImportError, AttributeError):
+        return 0
+    distinct: dict[tuple, Any] = {}
+    for k in kernels:
+        src = getattr(k, "src", None)
+        if src is None or getattr(k, "metadata", None) is None or not hasattr(src, "signature"):
+            continue
+        key = (repr(sorted(src.signature.items(), key=repr)),
+               repr(sorted(getattr(src, "constants", {}).items(), key=repr)))
+        distinct.setdefault(key, k)
+
+    def one(k: Any) -> bool:
+        try:
+            make(k.src, k.metadata)
+            return True
+        except Exception:  # the launch builds it again and reports what fails
+            return False
+
+    with ThreadPoolExecutor(max(1, min(workers, len(distinct) or 1)),
+                            thread_name_prefix="fireclay-triton-launchers") as executor:
+        return sum(executor.map(one, distinct.values()))
 
 
 def _warm(job: CompileJob, report: PrecompileReport) -> Any:

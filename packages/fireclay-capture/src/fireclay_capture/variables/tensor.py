@@ -273,8 +273,11 @@ def record_call(tx: Tracer, name: str, fn: Any, args: list[Var], kwargs: dict[st
     if name.startswith("torch.") and "device" not in fake_kwargs and not _tensors_in(list(args) + list(kwargs.values())):
         # A factory with no device argument makes its tensor on the meta device for the fake run.
         run = _with_meta_device(run)
+    from fireclay_shapes.torch import CachedMetaKernels
+
     try:
-        result = run(*fake_args, **fake_kwargs)
+        with CachedMetaKernels():  # repeated layers: each functional op's meta kernel runs once
+            result = run(*fake_args, **fake_kwargs)
     except Unsupported:
         raise
     except NotImplementedError as e:

@@ -13,8 +13,9 @@ from typing import Any
 import sympy
 
 from fireclay_ir import Device, DType, Program, ScalarType, SymExpr, TensorMeta, Value
-from fireclay_loops import exprs
+from fireclay_loops import exprs, layout
 from fireclay_loops.body import record_body
+from fireclay_loops.config import config
 from fireclay_loops.errors import LoweringError
 from fireclay_loops.ir import (
     Buffer,
@@ -29,11 +30,16 @@ from fireclay_loops.ir import (
 from fireclay_loops.lowering.values import BufferValue, GeneratedValue, TensorValue
 from fireclay_loops.ops import ops
 
+# Graph meta key: positions of outputs that only the program's backward reads (set by
+# fireclay-autograd on a forward graph). Their layout is the lowering's choice: the backward is
+# compiled for the layouts it receives.
+SAVED_OUTPUTS = "autograd.saved_outputs"
+
 
 class LoweringContext:
     """State of one lowering: the loop program being built and what each aten value became."""
 
-    def __init__(self, program: Program, seed: int = 0):
+    def __init__(self, program: Program, seed: int = 0, channels_last: bool | None = None):
         self.source = program
         self.graph = program.main
         self.out = LoopProgram(symbols={n: s.hint for n, s in program.symbols.items()}, seed=seed)
@@ -41,6 +47,11 @@ class LoweringContext:
         self.node: Any = None  # the aten node being lowered
         self._counts: dict[str, int] = {}
         self.random_offset: sympy.Expr = sympy.Integer(0)
+        # Keep 4-D activations channels-last (see fireclay_loops.layout)?
+        self.channels_last = (layout.uses_channels_last(self.graph, config.channels_last)
+                              if channels_last is None else channels_last)
+        self._reads_cl: dict[int, bool] = {}  # id(aten node) -> whether it reads a channels-last buffer
+        self.library_channels_last: set[str] = set()  # library results planned channels-last
 
     # -- naming
     def fresh(self, prefix: str) -> str:
@@ -51,10 +62,42 @@ class LoweringContext:
     def buffer_dtype(self, name: str) -> str:
         return self.out.buffers[name].dtype
 
-    def new_buffer(self, size: Sequence[Any], dtype: str, device: str) -> Buffer:
-        buf = Buffer(self.fresh("buf"), dtype, device, list(size), exprs.contiguous_strides(size))
+    def new_buffer(self, size: Sequence[Any], dtype: str, device: str, stride: Sequence[Any] | None = None) -> Buffer:
+        stride = self.layout_strides(size) if stride is None else stride
+        buf = Buffer(self.fresh("buf"), dtype, device, list(size), list(stride))
         self.out.buffers[buf.name] = buf
         return buf
+
+    # -- layout
+    def layout_strides(self, size: Sequence[Any]) -> list[sympy.Expr]:
+        """Strides of a new buffer of ``size`` computed for the current node: channels-last when
+        the program keeps activations so and the node reads a channels-last buffer; else
+        contiguous."""
+        if self.channels_last and layout.can_be_channels_last(size) and self._node_reads_channels_last():
+            return layout.channels_last_strides(size)
+        return exprs.contiguous_strides(size)
+
+    def _node_reads_channels_last(self) -> bool:
+        node = self.node
+        if node is None:
+            return False
+        key = id(node)
+        if key not in self._reads_cl:
+            found = False
+            for a in _values_in(list(node.args) + list(node.kwargs.values())):
+                v = self.env.get(a)
+                if isinstance(v, BufferValue) and layout.is_channels_last(v.size, v.stride):
+                    found = True
+                    break
+            self._reads_cl[key] = found
+        return self._reads_cl[key]
+
+    def channels_last_arg(self, value: TensorValue) -> TensorValue:
+        """``value`` as a channels-last buffer view: itself when it is one, else a copy."""
+        if isinstance(value, BufferValue) and layout.is_channels_last(value.size, value.stride):
+            return value
+        return self.pointwise(value.size, value.dtype, value.device, value.load,
+                              stride=layout.channels_last_strides(value.size))
 
     def _meta(self) -> dict:
         node = self.node
@@ -72,11 +115,12 @@ class LoweringContext:
         return [exprs.as_expr(d) for d in t.shape], t.dtype, t.device
 
     def pointwise(self, size: Sequence[Any], dtype: str, device: str,
-                  inner: Callable[[list], Any]) -> BufferValue:
-        """A pointwise node computing ``inner(index)`` at every point of ``size``."""
+                  inner: Callable[[list], Any], stride: Sequence[Any] | None = None) -> BufferValue:
+        """A pointwise node computing ``inner(index)`` at every point of ``size``, stored with
+        ``stride`` (default: :meth:`layout_strides`); its loops walk the buffer in memory order."""
         size = [exprs.as_expr(s) for s in size]
-        buf = self.new_buffer(size, dtype, device)
-        loop_dims = [k for k, s in enumerate(size) if not exprs.equal(s, 1)]
+        buf = self.new_buffer(size, dtype, device, stride)
+        loop_dims = layout.loop_order(size, buf.stride)
 
         def fn(vars, _rvars):
             index: list[Any] = [sympy.Integer(0)] * len(size)
@@ -104,7 +148,7 @@ class LoweringContext:
         out_size = [in_size[k] if k not in dims else sympy.Integer(1) for k in kept]
         bufs = [self.new_buffer(out_size, dt, device) for dt, _ in finals]
         rnumel = exprs.product(in_size[k] for k in dims)
-        out_strides = exprs.contiguous_strides(out_size)
+        out_strides = bufs[0].stride if bufs else exprs.contiguous_strides(out_size)
 
         def fn(vars, rvars):
             index: list[Any] = [sympy.Integer(0)] * n
@@ -143,6 +187,7 @@ class LoweringContext:
         outs: list[Buffer] = []
         positions: list[int] = []
         results: list[BufferValue | None] = []
+        follows_cl = self.channels_last and _result_is_channels_last(op, args)
         for k, o in enumerate(self.node.outputs):
             if not o.is_tensor:
                 if isinstance(o.type, ScalarType) and o.type.kind == "opaque":
@@ -154,6 +199,11 @@ class LoweringContext:
             size = [exprs.as_expr(d) for d in t.shape]
             stride = [exprs.as_expr(s) for s in t.strides] if t.strides is not None else exprs.contiguous_strides(size)
             buf = Buffer(self.fresh("buf"), t.dtype, t.device, size, stride)
+            if follows_cl and len(size) == 4:
+                # as the library writes it (one channel or one pixel included: those strides
+                # differ from the contiguous ones only along dimensions of extent 1)
+                buf.stride = layout.channels_last_strides(size)
+                self.library_channels_last.add(buf.name)
             self.out.buffers[buf.name] = buf
             outs.append(buf)
             positions.append(k)
@@ -164,6 +214,26 @@ class LoweringContext:
 
     def constant(self, value: Any, size: Sequence[Any], dtype: str, device: str) -> GeneratedValue:
         return GeneratedValue(size, dtype, device, lambda idx, mask=None: ops.constant(value, dtype))
+
+
+def _values_in(items: Any) -> list[Value]:
+    """The graph values among (nested lists of) node arguments."""
+    found: list[Value] = []
+    for a in items:
+        if isinstance(a, Value):
+            found.append(a)
+        elif isinstance(a, (list, tuple)):
+            found.extend(_values_in(a))
+    return found
+
+
+def _result_is_channels_last(op: str, args: Sequence[Any]) -> bool:
+    """Whether a library call writes its 4-D results channels-last: the op follows the layout of
+    one argument (:data:`layout.FOLLOWS_INPUT_LAYOUT`), and that argument is a channels-last view."""
+    pos = layout.FOLLOWS_INPUT_LAYOUT.get(op)
+    if pos is None or pos >= len(args) or not isinstance(args[pos], TensorArg):
+        return False
+    return layout.is_channels_last(args[pos].size, args[pos].stride)
 
 
 def convert_arg(ctx: LoweringContext, a: Any) -> Any:
@@ -184,12 +254,15 @@ def convert_arg(ctx: LoweringContext, a: Any) -> Any:
     return a
 
 
-def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = ()) -> LoopProgram:
+def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
+          channels_last: bool | None = None) -> LoopProgram:
     """Lower the entry graph of an aten-dialect program. ``donated`` lists positions of inputs
-    whose memory the program may reuse once they are dead."""
+    whose memory the program may reuse once they are dead. ``channels_last`` keeps 4-D
+    activations channels-last (:mod:`fireclay_loops.layout`); None decides by
+    ``config.channels_last`` and whether the program has 2-D convolutions."""
     from fireclay_loops.lowering.registry import lowering_for
 
-    ctx = LoweringContext(program, seed)
+    ctx = LoweringContext(program, seed, channels_last)
     graph = ctx.graph
     for pos, v in enumerate(graph.inputs):
         if isinstance(v.type, ScalarType):
@@ -224,11 +297,21 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = ()) -> Lo
             ctx.env[out] = r
     ctx.node = None
     outputs: list[Any] = []
-    for o in graph.outputs:
+    # Outputs only a backward reads keep the layout they were computed in (see SAVED_OUTPUTS).
+    free = set(graph.meta.get(SAVED_OUTPUTS, ())) if ctx.channels_last else set()
+    for pos, o in enumerate(graph.outputs):
         v = convert_arg(ctx, o)
         if isinstance(v, TensorValue):
-            if isinstance(v, BufferValue) and v.is_whole_buffer():
+            want = _output_strides(o, v) if ctx.channels_last and pos not in free else None
+            if isinstance(v, BufferValue) and v.is_whole_buffer() and (
+                    want is None or _same_layout(v, want, exact=v.buffer.name in ctx.library_channels_last)):
                 outputs.append(v.buffer.name)
+            elif pos in free and layout.can_be_channels_last(v.size):
+                # computed here for the backward, whose activations are channels-last too
+                outputs.append(ctx.pointwise(v.size, v.dtype, v.device, v.load,
+                                             stride=layout.channels_last_strides(v.size)).buffer.name)
+            elif want is not None:
+                outputs.append(ctx.pointwise(v.size, v.dtype, v.device, v.load, stride=want).buffer.name)
             else:
                 outputs.append(ctx.realize(_as_contiguous_copy(v)).buffer.name)
         elif isinstance(v, sympy.Basic):
@@ -239,6 +322,21 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = ()) -> Lo
     return ctx.out
 
 
+def _output_strides(o: Any, v: TensorValue) -> list[sympy.Expr]:
+    """The layout a program output is returned in when the lowering chose layouts itself:
+    channels-last where eager's (the output metadata's) is, otherwise contiguous."""
+    meta = o.meta if isinstance(o, Value) and o.is_tensor else None
+    if meta is not None and meta.strides is not None and layout.is_channels_last(meta.shape, meta.strides):
+        return layout.channels_last_strides(v.size)
+    return exprs.contiguous_strides(v.size)
+
+
+def _same_layout(v: BufferValue, stride: Sequence[Any], exact: bool = False) -> bool:
+    """Whether ``v`` has ``stride``; along dimensions of extent 1 too if ``exact`` (a library's
+    channels-last result of one channel or pixel reports other strides there than eager's)."""
+    return all(exprs.equal(a, b) or (not exact and exprs.equal(n, 1)) for n, a, b in zip(v.size, v.stride, stride))
+
+
 def _as_contiguous_copy(v: TensorValue) -> TensorValue:
     # A view that is returned gets its own buffer: outputs never alias other buffers' storage.
     if isinstance(v, BufferValue):
@@ -246,15 +344,22 @@ def _as_contiguous_copy(v: TensorValue) -> TensorValue:
     return v
 
 
-def fallback(ctx: LoweringContext, node: Any = None, kind: str = "fallback") -> tuple[BufferValue, ...]:
+def fallback(ctx: LoweringContext, node: Any = None, kind: str = "fallback",
+             replace: dict[Value, TensorValue] | None = None) -> tuple[BufferValue, ...]:
     """Call the aten op as is. Tensor arguments go by reference (strided views of buffers);
-    every other argument keeps its fireclay-ir form (DType, Device, SymExpr...)."""
+    every other argument keeps its fireclay-ir form (DType, Device, SymExpr...). ``replace``
+    passes other values (with the same contents) for some arguments: a copy in another layout."""
     node = node or ctx.node
+    replace = replace or {}
 
     def arg(a: Any) -> Any:
         if isinstance(a, Value):
-            v = convert_arg(ctx, a)
+            v = replace[a] if a in replace else convert_arg(ctx, a)
             if isinstance(v, TensorValue):
+                if a not in replace and not isinstance(v, BufferValue):
+                    # Computed into memory once: later views of it (a transposed operand of the
+                    # next matmul) are strided views of this buffer, not a second computation.
+                    v = ctx.env[a] = ctx.realize(v)
                 return ctx.realize_strided(v)
             return v
         if isinstance(a, SymExpr):

@@ -1,14 +1,21 @@
 """Extern calls: ops a library kernel does better (matmul, convolution, attention) stay calls
-into torch's implementation, with their inputs passed as strided views of buffers."""
+into torch's implementation, with their inputs passed as strided views of buffers.
+
+Convolutions over 4-D activations in a program that keeps them channels-last
+(:mod:`fireclay_loops.layout`) get their activations channels-last: copied once by a kernel
+when the producer did not store them so already (a program input, say)."""
 
 from __future__ import annotations
 
+from fireclay_loops import layout
 from fireclay_loops.lowering.context import fallback
 from fireclay_loops.lowering.registry import register_lowering
+from fireclay_loops.lowering.values import TensorValue
 
+# (addmm: fireclay_loops.lowering.matmul)
 EXTERN_OPS = (
-    "mm.default", "bmm.default", "addmm.default", "baddbmm.default", "addmv.default", "mv.default",
-    "convolution.default", "linear.default",
+    "mm.default", "bmm.default", "baddbmm.default", "addmv.default", "mv.default",
+    "linear.default",
     "scaled_dot_product_attention.default",
     "_scaled_dot_product_flash_attention_for_cpu.default",
     "_scaled_dot_product_efficient_attention.default",
@@ -22,3 +29,33 @@ def lower_extern(ctx, *args, **kwargs):
 
 for _target in EXTERN_OPS:
     register_lowering(_target)(lower_extern)
+
+
+def _channels_last_activations(ctx, positions: tuple[int, ...]) -> dict:
+    """Channels-last versions of the 4-D activations at ``positions`` of the current node's
+    arguments (those that can have that layout), by graph value."""
+    replace = {}
+    for k in positions:
+        a = ctx.node.args[k]
+        v = ctx.env.get(a)
+        if isinstance(v, TensorValue) and layout.can_be_channels_last(v.size) and a not in replace:
+            replace[a] = ctx.channels_last_arg(v)
+    return replace
+
+
+@register_lowering("convolution.default")
+def lower_convolution(ctx, x, *args, **kwargs):
+    """The input channels-last (the weight as it is): the library then writes the result
+    channels-last without reordering either activation."""
+    if not ctx.channels_last or x.rank != 4:
+        return fallback(ctx, kind="extern")
+    return fallback(ctx, kind="extern", replace=_channels_last_activations(ctx, (0,)))
+
+
+@register_lowering("convolution_backward.default")
+def lower_convolution_backward(ctx, grad_output, x, *args, **kwargs):
+    """The gradient and the input channels-last (the weight as it is): the library then
+    writes the input gradient channels-last too."""
+    if not ctx.channels_last or x.rank != 4:
+        return fallback(ctx, kind="fallback")
+    return fallback(ctx, kind="fallback", replace=_channels_last_activations(ctx, (0, 1)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fireclay_loops import dtypes
+from fireclay_loops import dtypes, exprs
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import TensorValue, load_broadcast
 from fireclay_loops.ops import ops
@@ -281,6 +281,59 @@ def lower_native_layer_norm(ctx, x, normalized_shape, weight, bias, eps):
     return ctx.pointwise(size, dtype, device, out), mean, inv
 
 
+
+
+@register_lowering("native_layer_norm_backward.default")
+def lower_native_layer_norm_backward(ctx, grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """The three gradients of a layer norm from two row sums and two column sums, so that the
+    scheduler fuses them with their neighbours (a library call would read the rows twice and
+    keep the gradient of the residual stream apart). With ``xhat = (x - mean) * rstd`` and
+    ``dy = grad_out * weight``: ``grad_input = rstd / n * (n * dy - sum(dy) - xhat *
+    sum(dy * xhat))`` over the ``n`` normalised elements of each row, ``grad_weight =
+    sum(grad_out * xhat)`` and ``grad_bias = sum(grad_out)`` over the rows. A gradient the mask
+    leaves out is undefined (None), as in eager."""
+    size = x.size
+    inner = list(range(x.rank - len(normalized_shape), x.rank))
+    outer = [d for d in range(x.rank) if d not in inner]
+    acc = dtypes.compute_dtype(x.dtype)
+
+    def load(t, idx):
+        return ops.to_dtype(load_broadcast(t, idx, size), acc)
+
+    def xhat(idx):
+        return ops.mul(ops.sub(load(x, idx), load(mean, idx)), load(rstd, idx))
+
+    def dy(idx):
+        g = load(grad_out, idx)
+        return g if weight is None else ops.mul(g, load(weight, idx))
+
+    # (a gradient is computed where the graph has a tensor for it: eager gives none for a
+    # weight or bias the layer norm does not have, whatever the mask says)
+    wanted = [bool(output_mask[k]) and ctx.node.outputs[k].is_tensor for k in range(3)]
+    results: list[Any] = [None, None, None]
+    if wanted[0]:
+        dtype, device = ctx.out_meta(0)[1:]
+        count = exprs.product(size[d] for d in inner)
+        [sum_dy] = ctx.reduction(size, inner, True, device, "sum", acc, dy, [(acc, lambda a, _: a)])
+        [sum_dy_xhat] = ctx.reduction(size, inner, True, device, "sum", acc,
+                                      lambda idx: ops.mul(dy(idx), xhat(idx)), [(acc, lambda a, _: a)])
+
+        def grad_input(idx):
+            n = ops.to_dtype(ops.index_expr(count, "int64"), acc)
+            centred = ops.sub(ops.sub(ops.mul(n, dy(idx)), load(sum_dy, idx)),
+                              ops.mul(xhat(idx), load(sum_dy_xhat, idx)))
+            return ops.mul(ops.truediv(load(rstd, idx), n), centred)
+
+        results[0] = ctx.pointwise(size, dtype, device, grad_input)
+    for k, value in ((1, lambda idx: ops.mul(load(grad_out, idx), xhat(idx))), (2, lambda idx: load(grad_out, idx))):
+        if not wanted[k]:
+            continue
+        dtype, device = ctx.out_meta(k)[1:]
+        if outer:
+            [results[k]] = ctx.reduction(size, outer, False, device, "sum", acc, value, [(dtype, lambda a, _: a)])
+        else:  # one row: nothing to sum over
+            results[k] = ctx.pointwise(size, dtype, device, value)
+    return tuple(results)
 
 
 @register_lowering("_native_batch_norm_legit_no_training.default")

@@ -39,6 +39,7 @@ def _load_tables() -> None:
     from fireclay_loops.lowering import (  # noqa: F401  (importing registers the rules)
         extern,
         indexing,
+        matmul,
         pointwise,
         pooling,
         reductions,

@@ -18,9 +18,41 @@ def _norm(dim: int, rank: int) -> int:
     return dim % rank if rank else 0
 
 
+def view_strides(size, strides, new_size) -> list[int] | None:
+    """Strides that show a tensor of static ``size`` and ``strides`` as ``new_size`` without
+    moving data, when some do: each run of dims that are contiguous with one another may be
+    split or merged (a head split of the q slice of a fused qkv projection). None otherwise."""
+    size, strides, new_size = ([exprs.to_static(d) for d in ds] for ds in (size, strides, new_size))
+    if None in size or None in strides or None in new_size or 0 in size or not size:
+        return None
+    out = [0] * len(new_size)
+    d = len(new_size) - 1
+    base, numel, view_numel = strides[-1], 1, 1
+    for k in range(len(size) - 1, -1, -1):
+        numel *= size[k]
+        # The end of a run: the next outer dim does not continue it.
+        if k == 0 or (size[k - 1] != 1 and strides[k - 1] != numel * base):
+            while d >= 0 and (view_numel < numel or new_size[d] == 1):
+                out[d] = view_numel * base
+                view_numel *= new_size[d]
+                d -= 1
+            if view_numel != numel:
+                return None
+            if k > 0:
+                base, numel, view_numel = strides[k - 1], 1, 1
+    return out if d == -1 else None
+
+
 def _reshape(ctx, x, size):
     if isinstance(x, BufferValue) and x.is_contiguous():
         return BufferValue(x.buffer, size, exprs.contiguous_strides(size), x.offset)
+    if isinstance(x, BufferValue):
+        strides = view_strides(x.size, x.stride, size)
+        if strides is not None:
+            return BufferValue(x.buffer, size, strides, x.offset)
+    groups = reshape_groups(x.size, size)
+    if groups is not None:
+        return view(x, size, lambda idx: _grouped_index(idx, x.size, size, groups))
     new_strides = exprs.contiguous_strides(size)
     old_strides = exprs.contiguous_strides(x.size)
 
@@ -29,6 +61,48 @@ def _reshape(ctx, x, size):
         return [exprs.modular_indexing(flat, st, n) for st, n in zip(old_strides, x.size)]
 
     return view(x, size, index_map)
+
+
+def reshape_groups(size, new_size) -> list[tuple[list[int], list[int]]] | None:
+    """The dims of a static reshape in the smallest groups of equal element count, as
+    ``(old dims, new dims)`` pairs (merging ``[4, 64, 384]`` into ``[256, 384]`` is ``([0, 1],
+    [0])``, ``([2], [1])``); None for symbolic or empty shapes. Indexing group by group keeps
+    each dim's index a function of its own group's indices: no flat index over the whole
+    tensor, whose divisions no kernel can hoist or vectorise."""
+    old, new = [exprs.to_static(d) for d in size], [exprs.to_static(d) for d in new_size]
+    if None in old or None in new or 0 in old or 0 in new:
+        return None
+    groups, i, j = [], 0, 0
+    while i < len(old) or j < len(new):
+        dims_old, dims_new, n_old, n_new = [], [], 1, 1
+        while not (dims_old or dims_new) or n_old != n_new:
+            if (n_old <= n_new and i < len(old)) or j == len(new):
+                if i == len(old):
+                    return None  # (element counts differ: not a reshape)
+                n_old *= old[i]
+                dims_old.append(i)
+                i += 1
+            else:
+                n_new *= new[j]
+                dims_new.append(j)
+                j += 1
+        groups.append((dims_old, dims_new))
+    return groups
+
+
+def _grouped_index(idx, size, new_size, groups):
+    old_index = [sympy.Integer(0)] * len(size)
+    for dims_old, dims_new in groups:
+        flat, step = sympy.Integer(0), sympy.Integer(1)
+        for j in reversed(dims_new):
+            flat, step = flat + idx[j] * step, step * new_size[j]
+        step = sympy.Integer(1)
+        for k, i in enumerate(reversed(dims_old)):
+            digit = exprs.FloorDiv(flat, step) if step != 1 else flat
+            # (the outermost digit of a group needs no remainder: the group's index is below it)
+            old_index[i] = digit if k == len(dims_old) - 1 else exprs.Mod(digit, size[i])
+            step = step * size[i]
+    return old_index
 
 
 @register_lowering("view.default", "_unsafe_view.default", "reshape.default")

@@ -3,6 +3,9 @@
 * :class:`FakeTensor` / :class:`FakeMode` / :func:`fake_from_real`: tensors without data on the
   meta device that report the real device, run ops through torch's meta kernels, and carry
   symbolic sizes when asked;
+* :class:`CachedMetaKernels`: a dispatch mode answering functional ops on plain meta tensors
+  from the cache of output types that fakes use too (repeated layers run their meta kernels
+  once);
 * :class:`SymbolicNode`, :func:`make_symint`, :func:`expr_of`: torch's SymNode protocol over a
   :class:`fireclay_shapes.ShapeEnv`, so torch's own kernels compute with our symbols and their
   decisions become our guards.
@@ -17,7 +20,8 @@ except ImportError as e:
                       "(pip install torch); the rest of fireclay_shapes works without it") from e
 
 from ._fake import FakeMode, FakeTensor, UnsupportedOpError, fake_from_real
+from ._meta_cache import CachedMetaKernels
 from ._symnode import SymbolicNode, expr_of, make_symbool, make_symint
 
-__all__ = ["FakeMode", "FakeTensor", "SymbolicNode", "UnsupportedOpError", "expr_of", "fake_from_real",
-           "make_symbool", "make_symint"]
+__all__ = ["CachedMetaKernels", "FakeMode", "FakeTensor", "SymbolicNode", "UnsupportedOpError", "expr_of",
+           "fake_from_real", "make_symbool", "make_symint"]

@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from .._env import DataDependentError, ShapeEnv
 from .._expr import ShapeError, parse
+from . import _meta_cache
 from ._symnode import make_symint
 
 aten = torch.ops.aten
@@ -45,13 +46,16 @@ class FakeTensor(torch.Tensor):
     def __new__(cls, meta: torch.Tensor, device, mode: FakeMode, requires_grad: bool = False):
         if meta.device.type != "meta":
             raise ShapeError(f"a FakeTensor wraps a meta tensor, got one on {meta.device}")
+        device = _normalize_device(device)
         r = torch.Tensor._make_wrapper_subclass(
             cls, meta.size(), strides=meta.stride(), storage_offset=meta.storage_offset(),
-            dtype=meta.dtype, layout=meta.layout, device=_normalize_device(device),
-            requires_grad=requires_grad,
+            dtype=meta.dtype, layout=meta.layout, device=device, requires_grad=requires_grad,
         )
-        if requires_grad and _CUDA_MISSING and _normalize_device(device).type == "cuda":
-            raise _cuda_autograd_error(f"making a fake of size {tuple(meta.shape)} on {device}")
+        if device.type == "cuda":
+            global _cuda_fakes_made
+            _cuda_fakes_made = True
+            if requires_grad and _CUDA_MISSING:
+                raise _cuda_autograd_error(f"making a fake of size {tuple(meta.shape)} on {device}")
         r.meta = meta
         r.fake_mode = mode
         return r
@@ -61,7 +65,7 @@ class FakeTensor(torch.Tensor):
         # Runs above autograd, so it can refuse what would crash below it (see _refuse_cuda_autograd);
         # results are returned as they come (no conversion to this class: ops already return fakes).
         with torch._C.DisableTorchFunctionSubclass():
-            if _CUDA_MISSING:
+            if _CUDA_MISSING and _cuda_fakes_made:
                 _refuse_cuda_autograd(func, args, kwargs or {})
             operands = _MATMULS.get(func)
             if operands is not None and not kwargs and len(args) == 2:
@@ -138,6 +142,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 # takes a CUDA device guard and aborts the process from C++ (it cannot be caught). Fakes refuse
 # that combination up front with an error instead.
 _CUDA_MISSING = not torch.backends.cuda.is_built()
+# Whether a fake on a CUDA device was ever made in this process: until then no call can
+# involve one, and the check above (a walk over every call's arguments) is skipped.
+_cuda_fakes_made = False
 
 
 def _cuda_autograd_error(what: str) -> ShapeError:
@@ -272,6 +279,15 @@ class FakeMode(TorchDispatchMode):
             with self:
                 return func.prim_meta_impl(*args, **kwargs)
         symbolic = any(_is_symbolic(a) for a in flat)
+        cache_key = None
+        if not symbolic and fakes and _meta_cache.eligible(func):
+            with torch._C.DisableTorchFunctionSubclass():
+                cache_key = _meta_cache.key(func, args, kwargs, FakeTensor)
+            if cache_key is not None:
+                known = _meta_cache.lookup(cache_key)
+                if known is not None:
+                    return _meta_cache.rebuild(known, lambda size, stride, offset, dtype: FakeTensor(
+                        _meta_cache.new_meta(size, stride, offset, dtype), out_device, self))
         if symbolic and _needs_python_semantics(func):
             # The C++ meta kernels of most ops want concrete sizes; torch states these ops'
             # semantics in Python too (a decomposition, or their CompositeImplicit body).
@@ -310,6 +326,10 @@ class FakeMode(TorchDispatchMode):
         if func is aten.convolution.default:
             out = _convolution_layout(margs, out)
         by_id = {id(a.meta): a for a in fakes}
+        if cache_key is not None and not any(id(t) in by_id for t in tree_flatten(out)[0]):
+            _meta_cache.store(cache_key, out)  # (a kernel that hands back an input is not cached)
+        if isinstance(out, torch.Tensor):
+            return self._wrap(out, out_device, by_id, func)
         return tree_map(lambda t: self._wrap(t, out_device, by_id, func), out)
 
     def _wrap(self, t, device, by_id, func):
@@ -384,7 +404,8 @@ def _is_symbolic(a) -> bool:
     if isinstance(a, (torch.SymInt, torch.SymBool, torch.SymFloat)):
         return True
     if isinstance(a, FakeTensor):
-        return any(isinstance(s, torch.SymInt) for s in itertools.chain(a.shape, a.stride()))
+        m = a.meta  # the same sizes, read without the fake's __torch_function__
+        return any(isinstance(s, torch.SymInt) for s in itertools.chain(m.shape, m.stride()))
     if isinstance(a, (list, tuple)):
         return any(_is_symbolic(x) for x in a)
     return False

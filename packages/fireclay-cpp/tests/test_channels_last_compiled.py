@@ -1,0 +1,69 @@
+"""Channels-last layouts around 2-D convolutions in compiled C++ (fireclay_loops.layout, on by
+default for CPU programs): fireclay-loops' table of convolution programs (forward chains,
+strided, grouped, dilated, 1x1 with residual adds, transposed, backward chains) compiled and run
+against eager in float32 and float64, with output strides checked; and the planned layouts are
+the libraries' own, so the wrapper never copies a library result into another layout."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conv_programs import PROGRAMS, build, is_channels_last, same_strides, tolerance
+
+import fireclay_cpp
+import fireclay_cpp.runtime
+from fireclay_loops import layout, lower, schedule
+
+DTYPES = [torch.float32, torch.float64]
+
+
+@pytest.fixture
+def copies(monkeypatch):
+    """Counts the library results the compiled wrapper had to copy into another layout."""
+    counted = []
+    conform = fireclay_cpp.runtime.conform
+
+    def counting(t, size, stride):
+        out = conform(t, size, stride)
+        if out.untyped_storage().data_ptr() != t.untyped_storage().data_ptr():  # (a view is no copy)
+            counted.append((tuple(t.shape), t.stride(), tuple(stride)))
+        return out
+
+    monkeypatch.setattr(fireclay_cpp.runtime, "conform", counting)
+    return counted
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float64"])
+@pytest.mark.parametrize("case", PROGRAMS, ids=[c.name for c in PROGRAMS])
+def test_conv_program_matches_eager(case, dtype, copies):
+    program, b, make_inputs = build(case, dtype, seed=11 + sum(map(ord, case.name)))
+    scheduled = schedule(lower(program))  # the default: channels-last for CPU convolutions
+    assert any(layout.is_channels_last(buf.size, buf.stride) for buf in scheduled.program.buffers.values())
+    compiled = fireclay_cpp.compile_program(scheduled)
+    for _ in range(2):
+        inputs = make_inputs()
+        got, want = compiled(*inputs), b.eager(*inputs)
+        assert len(got) == len(want)
+        for k, (g, w) in enumerate(zip(got, want)):
+            torch.testing.assert_close(g, w, **tolerance(dtype), equal_nan=True)
+            if k in case.saved:
+                assert not layout.can_be_channels_last(g.shape) or is_channels_last(g), (k, g.stride())
+                continue
+            expected = program.main.outputs[k].meta.strides if case.meta_strides_differ else w.stride()
+            assert same_strides(g, expected), (k, g.stride(), expected)
+    if dtype == torch.float32:
+        assert copies == []  # every library call returned the layout the lowering planned
+
+
+def test_first_convolution_reads_a_copy_made_by_a_kernel():
+    """The contiguous program input is copied channels-last by a kernel of the program (into the
+    per-call arena), then handed to the library as a view."""
+    case = next(c for c in PROGRAMS if c.name == "conv_bn_relu_pool")
+    program, b, make_inputs = build(case, torch.float32, seed=5)
+    compiled = fireclay_cpp.compile_program(program)
+    wrapper = compiled.wrapper_source
+    first_conv = next(line for line in wrapper.splitlines() if "op_aten_convolution_default(" in line)
+    assert "arena_float32.as_strided((4, 3, 12, 12), (432, 1, 36, 3)" in first_conv
+    inputs = make_inputs()
+    for g, w in zip(compiled(*inputs), b.eager(*inputs)):
+        torch.testing.assert_close(g, w, **tolerance(torch.float32))

@@ -1,0 +1,64 @@
+"""Kernels whose adjacent loops fireclay-loops merged (fireclay_loops.merge_loops), compiled to
+C++ and checked against eager: the table of fireclay-loops' tests/merge_programs.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from merge_programs import PARAMS, SYMBOLIC_PARAMS, SYMBOLIC_SIZES, build, build_symbolic, space
+
+import fireclay_cpp
+from fireclay_loops import lower, schedule
+from fireclay_loops.config import config
+
+
+def _schedule(program, merge: bool):
+    previous = config.merge_loops
+    config.merge_loops = merge
+    try:
+        return schedule(lower(program))
+    finally:
+        config.merge_loops = previous
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_merged_kernels_match_eager(case):
+    b, program, tensors = build(case, seed=1)
+    scheduled = _schedule(program, True)
+    assert [space(k) for k in scheduled.kernels] == case.spaces
+    got = fireclay_cpp.compile_program(scheduled)(*tensors)
+    # random numbers are drawn per flat element: the unmerged kernels must draw the same ones
+    want = fireclay_cpp.compile_program(_schedule(program, False))(*tensors) if case.random else b.eager(*tensors)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if case.random:
+            assert torch.equal(g, w)
+        else:
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", SYMBOLIC_PARAMS)
+def test_merged_symbolic_kernels_match_eager(case):
+    scheduled = _schedule(build_symbolic(case), True)
+    assert [space(k) for k in scheduled.kernels] == case.spaces
+    compiled = fireclay_cpp.compile_program(scheduled)
+    gen = torch.Generator().manual_seed(1)
+    for a, b in SYMBOLIC_SIZES:
+        tensors = [torch.randn(shape, generator=gen) for shape in case.shapes(a, b)]
+        for g, w in zip(compiled(*tensors), case.eager(*tensors)):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_a_merged_pointwise_kernel_is_one_loop():
+    case = next(p.values[0] for p in PARAMS if p.id == "pointwise_3d_gelu")
+    _, program, _ = build(case)
+
+    def kernel_text(merge: bool) -> str:
+        src = fireclay_cpp.compile_program(_schedule(program, merge)).cpp_sources[0]
+        start = src.index("void kernel0(")
+        return src[start:src.index('extern "C"', start)]
+
+    merged, kept = kernel_text(True), kernel_text(False)
+    assert merged.count("for (") == 1 and "x0 < 240" in merged and "in_x0[x0]" in merged
+    assert kept.count("for (") == 3

@@ -1,0 +1,142 @@
+"""Operands of extern calls are strided views of what is already in memory, never a copy made
+only to change the layout: a head split of a fused projection stays a view of it, and a value
+computed for one matmul is read transposed by the next instead of being computed again.
+Every program also runs against eager."""
+
+import itertools
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from aten_builder import AtenBuilder  # noqa: E402
+
+from fireclay_loops import lower, schedule  # noqa: E402
+from fireclay_loops.lowering.views import view_strides  # noqa: E402
+from fireclay_loops.reference import run  # noqa: E402
+
+
+def _heads_of_fused_qkv(b, g):
+    """The q, k, v slices of one projection, split into heads: strided views, no kernel."""
+    x, w = b.input(g((2, 5, 8))), b.input(g((24, 8)))
+    qkv = b.call("view.default", b.call("mm.default", b.call("view.default", x, [10, 8]),
+                                         b.call("t.default", w)), [2, 5, 24])
+    q, k, v = b.call("split_with_sizes.default", qkv, [8, 8, 8], -1)
+    q, k, v = (b.call("permute.default", b.call("view.default", t, [2, 5, 2, 4]), [0, 2, 1, 3]) for t in (q, k, v))
+    out, _ = b.call("_scaled_dot_product_flash_attention_for_cpu.default", q, k, v, 0.0, True)
+    return (out,)
+
+
+def _cat_for_two_matmuls(b, g):
+    """A weight gradient and an input gradient from one concatenated gradient: the cat is
+    computed once, the second matmul reads it transposed."""
+    d1, d2, x, w = b.input(g((6, 4))), b.input(g((6, 3))), b.input(g((6, 5))), b.input(g((5, 7)))
+    cat = b.call("cat.default", [b.call("exp.default", d1), d2], 1)
+    dx = b.call("mm.default", cat, b.call("t.default", w))
+    dw = b.call("mm.default", b.call("t.default", cat), x)
+    return dx, dw
+
+
+# (builder, buffers that kernels write: what the program computes besides the extern calls)
+CASES = [(_heads_of_fused_qkv, 0), (_cat_for_two_matmuls, 1)]
+
+
+@pytest.mark.parametrize("build,written", CASES, ids=[c[0].__name__ for c in CASES])
+def test_extern_operands_are_views_of_memory(build, written):
+    gen = torch.Generator().manual_seed(7)
+    b = AtenBuilder()
+    made = []
+    original_input = b.input
+
+    def input_(t, name="x"):
+        made.append(t)
+        return original_input(t, name)
+
+    b.input = input_
+    program = b.output(*build(b, lambda shape: torch.randn(shape, generator=gen)))
+    scheduled = schedule(lower(program))
+    computed = {b for k in scheduled.kernels for b in k.write_buffers()}
+    assert len(computed) == written, str(scheduled)
+    fresh = [torch.randn(t.shape, generator=gen) for t in made]
+    for got, want in zip(run(scheduled, *fresh), b.eager(*fresh)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def _layouts():
+    """(shape, strides) of permuted, sliced and expanded tensors."""
+    for shape in [(4, 6), (2, 3, 4), (2, 1, 3, 4), (3, 8, 2)]:
+        base = torch.empty(shape)
+        for perm in itertools.permutations(range(len(shape))):
+            t = base.permute(*perm)
+            yield t
+            if t.shape[-1] > 1:
+                yield t[..., 1:]
+            yield t.unsqueeze(1).expand(*t.shape[:1], 2, *t.shape[1:])
+
+
+def _reshapes(numel: int):
+    """Target shapes of ``numel`` elements: splits and merges, with and without unit dims."""
+    out = [[numel], [1, numel], [numel, 1]]
+    for a in range(2, numel):
+        if numel % a == 0:
+            out += [[a, numel // a], [numel // a, 1, a]]
+            rest = numel // a
+            for c in range(2, rest):
+                if rest % c == 0:
+                    out.append([a, c, rest // c])
+    return out
+
+
+def test_view_strides_agree_with_torch():
+    checked = viewable = 0
+    for t in _layouts():
+        for shape in _reshapes(t.numel()):
+            try:
+                want = t.view(shape).stride()
+            except RuntimeError:
+                want = None
+            got = view_strides(list(t.shape), list(t.stride()), shape)
+            checked += 1
+            if want is None:
+                assert got is None, (tuple(t.shape), t.stride(), shape, got)
+            else:
+                viewable += 1
+                assert got is not None, (tuple(t.shape), t.stride(), shape)
+                assert all(n <= 1 or a == b for n, a, b in zip(shape, got, want)), (t.stride(), shape, got, want)
+    assert viewable > 100 and checked - viewable > 100  # both kinds are exercised
+
+
+# (shape, reshaped to): merges, splits, both, and extent-1 dims
+RESHAPES = [((4, 6, 8), (24, 8)), ((4, 6, 8), (4, 48)), ((24, 8), (4, 6, 8)), ((4, 6), (3, 8)),
+            ((2, 1, 6), (12,)), ((12,), (2, 1, 6, 1)), ((3, 4, 5), (5, 12)), ((2, 3, 4, 5), (6, 20))]
+
+
+@pytest.mark.parametrize("shape,new_shape", RESHAPES, ids=[f"{a}->{b}" for a, b in RESHAPES])
+def test_reshapes_of_computed_values_match_eager(shape, new_shape):
+    """A reshape of a value that is not a strided buffer (a concatenation) reads it through an
+    index map; each reshaped group of dims is indexed on its own."""
+    gen = torch.Generator().manual_seed(3)
+    a, b = torch.randn(*shape[:-1], 1, generator=gen), torch.randn(*shape[:-1], shape[-1] - 1, generator=gen)
+    builder = AtenBuilder()
+    cat = builder.call("cat.default", [builder.input(a, "a"), builder.input(b, "b")], -1)
+    program = builder.output(builder.call("exp.default", builder.call("view.default", cat, list(new_shape))))
+    scheduled = schedule(lower(program))
+    for got, want in zip(run(scheduled, a, b), builder.eager(a, b)):
+        torch.testing.assert_close(got, want)
+
+
+def test_merged_dims_are_indexed_without_a_flat_index():
+    """``[4, 64, 8] -> [256, 8]`` reads dims 0 and 1 as ``r // 64`` and ``r % 64`` of the merged
+    index alone: no division of an index that mixes in the other dim (which a kernel can neither
+    hoist out of its inner loop nor vectorise)."""
+    builder = AtenBuilder()
+    a, b = torch.randn(4, 64, 3), torch.randn(4, 64, 5)
+    cat = builder.call("cat.default", [builder.input(a, "a"), builder.input(b, "b")], -1)
+    merged = builder.call("view.default", cat, [256, 8])
+    program = builder.output(builder.call("sum.dim_IntList", merged, [0]))
+    text = str(schedule(lower(program)))
+    divisions = re.findall(r"FloorDiv\(([^,]+),", text)
+    assert divisions and all("+" not in d for d in divisions), text
+    for got, want in zip(run(schedule(lower(program)), a, b), builder.eager(a, b)):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

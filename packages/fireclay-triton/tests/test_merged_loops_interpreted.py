@@ -1,0 +1,86 @@
+"""Kernels whose adjacent loops fireclay-loops merged (fireclay_loops.merge_loops): the table of
+fireclay-loops' tests/merge_programs.py run in Triton's interpreter against eager, and the text
+generated for BERT-sized GELU and LayerNorm kernels (no integer division left for merged loops)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from aten_builder import AtenBuilder
+from merge_programs import PARAMS, SYMBOLIC_PARAMS, SYMBOLIC_SIZES, build, build_symbolic, space
+
+from fireclay_loops import lower, schedule
+from fireclay_loops.config import config
+from fireclay_triton import compile_program, generate_kernels
+
+interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="runs kernels in Triton's interpreter (no CUDA GPU here)")
+
+
+def _schedule(program, merge: bool):
+    previous = config.merge_loops
+    config.merge_loops = merge
+    try:
+        return schedule(lower(program))
+    finally:
+        config.merge_loops = previous
+
+
+@interpreted
+@pytest.mark.parametrize("case", PARAMS)
+def test_merged_kernels_match_eager(case):
+    b, program, tensors = build(case, seed=2)
+    scheduled = _schedule(program, True)
+    assert [space(k) for k in scheduled.kernels] == case.spaces
+    got = compile_program(scheduled, tensors)(*tensors)
+    # random numbers are drawn per flat element: the unmerged kernels must draw the same ones
+    want = compile_program(_schedule(program, False), tensors)(*tensors) if case.random else b.eager(*tensors)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if case.random:
+            assert torch.equal(g, w)
+        else:
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+@interpreted
+@pytest.mark.parametrize("case", SYMBOLIC_PARAMS)
+def test_merged_symbolic_kernels_match_eager(case):
+    scheduled = _schedule(build_symbolic(case), True)
+    assert [space(k) for k in scheduled.kernels] == case.spaces
+    compiled = compile_program(scheduled)
+    gen = torch.Generator().manual_seed(2)
+    for a, b in SYMBOLIC_SIZES:
+        tensors = [torch.randn(shape, generator=gen) for shape in case.shapes(a, b)]
+        for g, w in zip(compiled(*tensors), case.eager(*tensors)):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def _bert_gelu():
+    b = AtenBuilder()
+    x = b.input(torch.empty(8, 512, 3072, device="meta"), "x")
+    return b.output(b.call("gelu.default", x))
+
+
+def _bert_layer_norm():
+    b = AtenBuilder()
+    x, r = (b.input(torch.empty(8, 512, 768, device="meta"), n) for n in ("x", "r"))
+    w, bias = (b.input(torch.empty(768, device="meta"), n) for n in ("w", "b"))
+    out, _, _ = b.call("native_layer_norm.default", b.call("add.Tensor", x, r), [768], w, bias, 1e-12)
+    return b.output(out)
+
+
+@pytest.mark.parametrize("build_program,spaces", [(_bert_gelu, ["[12582912]"]), (_bert_layer_norm, ["[4096] x r[768]"])],
+                         ids=["gelu", "layer_norm"])
+def test_bert_kernels_index_their_merged_loop_directly(build_program, spaces):
+    program = build_program()
+    merged = _schedule(program, True)
+    assert [space(k) for k in merged.kernels] == spaces
+    text = "\n".join(k.source for k in generate_kernels(merged, interpret=False))
+    kept = "\n".join(k.source for k in generate_kernels(_schedule(program, False), interpret=False))
+    assert "x0 = xindex\n" in text and "//" not in text and "%" not in text
+    assert "x1" not in text
+    assert "xindex // (" in kept  # without merging, the loops are digits of the flat index
