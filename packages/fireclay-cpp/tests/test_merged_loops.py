@@ -4,8 +4,15 @@ C++ and checked against eager: the table of fireclay-loops' tests/merge_programs
 from __future__ import annotations
 
 import pytest
-import torch
-from merge_programs import PARAMS, SYMBOLIC_PARAMS, SYMBOLIC_SIZES, build, build_symbolic, space
+from merge_programs import (
+    PARAMS,
+    SYMBOLIC_PARAMS,
+    assert_results_match,
+    assert_symbolic_matches,
+    build,
+    build_symbolic,
+    space,
+)
 
 import fireclay_cpp
 from fireclay_loops import lower, schedule
@@ -29,25 +36,14 @@ def test_merged_kernels_match_eager(case):
     got = fireclay_cpp.compile_program(scheduled)(*tensors)
     # random numbers are drawn per flat element: the unmerged kernels must draw the same ones
     want = fireclay_cpp.compile_program(_schedule(program, False))(*tensors) if case.random else b.eager(*tensors)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        if case.random:
-            assert torch.equal(g, w)
-        else:
-            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    assert_results_match(case, got, want)
 
 
 @pytest.mark.parametrize("case", SYMBOLIC_PARAMS)
 def test_merged_symbolic_kernels_match_eager(case):
     scheduled = _schedule(build_symbolic(case), True)
     assert [space(k) for k in scheduled.kernels] == case.spaces
-    compiled = fireclay_cpp.compile_program(scheduled)
-    gen = torch.Generator().manual_seed(1)
-    for a, b in SYMBOLIC_SIZES:
-        tensors = [torch.randn(shape, generator=gen) for shape in case.shapes(a, b)]
-        for g, w in zip(compiled(*tensors), case.eager(*tensors)):
-            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    assert_symbolic_matches(fireclay_cpp.compile_program(scheduled), case, seed=1)
 
 
 def test_a_merged_pointwise_kernel_is_one_loop():

@@ -272,3 +272,24 @@ def build_symbolic(case: SymbolicCase):
     p.add_symbol("s0", hint=4, min=2)
     p.add_symbol("s1", hint=6, min=2)
     return p
+
+
+def assert_results_match(case, got, want) -> None:
+    """Outputs of merged kernels against ``want``: eager's, or for a random case the unmerged
+    schedule's (random numbers are drawn per flat element, so both draw the same ones)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        if case.random:
+            assert torch.equal(g, w)
+        else:
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def assert_symbolic_matches(run, case, seed: int) -> None:
+    """``run(*tensors)`` (one compile of a symbolic case) against eager at every binding."""
+    gen = torch.Generator().manual_seed(seed)
+    for a, b in SYMBOLIC_SIZES:
+        tensors = [torch.randn(shape, generator=gen) for shape in case.shapes(a, b)]
+        for g, w in zip(run(*tensors), case.eager(*tensors)):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)

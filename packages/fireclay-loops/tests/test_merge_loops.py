@@ -9,6 +9,7 @@ from merge_programs import (  # noqa: E402
     PARAMS,
     SYMBOLIC_PARAMS,
     SYMBOLIC_SIZES,
+    assert_results_match,
     build,
     build_symbolic,
     space,
@@ -41,13 +42,7 @@ def test_merged_schedule_matches_eager(case):
     got = run(scheduled, *tensors)
     # random numbers are drawn per flat element: the unmerged schedule must draw the same ones
     want = run(_unmerged(program), *tensors) if case.random else b.eager(*tensors)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        if case.random:
-            assert torch.equal(g, w)
-        else:
-            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    assert_results_match(case, got, want)
 
 
 @pytest.mark.parametrize("case", SYMBOLIC_PARAMS)

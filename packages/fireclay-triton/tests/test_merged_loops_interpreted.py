@@ -9,7 +9,15 @@ import os
 import pytest
 import torch
 from aten_builder import AtenBuilder
-from merge_programs import PARAMS, SYMBOLIC_PARAMS, SYMBOLIC_SIZES, build, build_symbolic, space
+from merge_programs import (
+    PARAMS,
+    SYMBOLIC_PARAMS,
+    assert_results_match,
+    assert_symbolic_matches,
+    build,
+    build_symbolic,
+    space,
+)
 
 from fireclay_loops import lower, schedule
 from fireclay_loops.config import config
@@ -37,13 +45,7 @@ def test_merged_kernels_match_eager(case):
     got = compile_program(scheduled, tensors)(*tensors)
     # random numbers are drawn per flat element: the unmerged kernels must draw the same ones
     want = compile_program(_schedule(program, False), tensors)(*tensors) if case.random else b.eager(*tensors)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        if case.random:
-            assert torch.equal(g, w)
-        else:
-            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    assert_results_match(case, got, want)
 
 
 @interpreted
@@ -51,12 +53,7 @@ def test_merged_kernels_match_eager(case):
 def test_merged_symbolic_kernels_match_eager(case):
     scheduled = _schedule(build_symbolic(case), True)
     assert [space(k) for k in scheduled.kernels] == case.spaces
-    compiled = compile_program(scheduled)
-    gen = torch.Generator().manual_seed(2)
-    for a, b in SYMBOLIC_SIZES:
-        tensors = [torch.randn(shape, generator=gen) for shape in case.shapes(a, b)]
-        for g, w in zip(compiled(*tensors), case.eager(*tensors)):
-            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    assert_symbolic_matches(compile_program(scheduled), case, seed=2)
 
 
 def _bert_gelu():
