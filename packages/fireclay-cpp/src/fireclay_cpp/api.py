@@ -18,7 +18,7 @@ import torch
 from fireclay_cpp import runtime
 from fireclay_cpp.build import build_libraries
 from fireclay_cpp.config import Config, config
-from fireclay_cpp.kernel_codegen import KernelSource, generate_kernel, recomputed_buffers, simd_reductions
+from fireclay_cpp.kernel_codegen import KernelSource, generate_kernel, simd_reductions
 from fireclay_cpp.prelude import PRELUDE
 from fireclay_cpp.wrapper_codegen import generate_wrapper
 from fireclay_loops import ScheduledProgram
@@ -29,17 +29,8 @@ KERNELS_PER_LIBRARY = 24  # above this, a program's kernels are split over libra
 
 def generate_kernels(scheduled: ScheduledProgram, cfg: Config = config) -> list[KernelSource]:
     prog = scheduled.program
-    read_by: dict[str, set[str]] = {}  # buffer -> the steps that read it
-    for step in scheduled.steps:
-        for b in step.read_buffers():
-            read_by.setdefault(b, set()).add(step.name)
-    outputs = prog.output_buffers()
-    kernels = []
-    for k in scheduled.kernels:
-        elsewhere = {b for b, steps in read_by.items() if steps - {k.name}} | outputs
-        kernels.append(generate_kernel(k, lambda b: prog.buffers[b].dtype, prog.hint, cfg.resolved_threads(),
-                                       recomputed_buffers(k, elsewhere)))
-    return kernels
+    return [generate_kernel(k, lambda b: prog.buffers[b].dtype, prog.hint, cfg.resolved_threads())
+            for k in scheduled.kernels]
 
 
 def library_sources(kernels: list[KernelSource], cfg: Config = config) -> list[list[KernelSource]]:

@@ -12,7 +12,7 @@ after: a value is declared, on demand, in the scope that first needs it:
 A kernel's nodes run in stages (``KernelNode.stage``): one reduction loop per stage, so a node
 reading a reduction result of its own kernel runs in a later loop over ``r``. A value that does
 not change along ``r`` is hoisted out of the loop; a value placed in a loop is recomputed in each
-later loop that reads it (which is how buffers in ``recomputed`` never reach memory).
+later loop that reads it (which is how internal buffers read by later loops never reach memory).
 
 Vectorisation: each reduction loop is ``omp simd`` with its accumulators as OpenMP reductions.
 Welford's update divides per element and does not vectorise, so outside split reductions it
@@ -347,9 +347,9 @@ def simd_reductions(types: list[str]) -> str:
 
 class _KernelGen(KernelGenState):
     def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
-                 threads: int, recomputed: set[str] = frozenset()):
+                 threads: int):
         super().__init__(kernel)
-        self.local = set(kernel.internal) | set(recomputed)  # values that never reach memory
+        self.local = set(kernel.internal)  # values that never reach memory
         self.buffer_dtype = buffer_dtype
         self.hint = hint
         self.threads = threads
@@ -735,34 +735,9 @@ def _indent(lines: list[str]) -> list[str]:
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
-                    threads: int | None = None, recomputed: set[str] = frozenset()) -> KernelSource:
+                    threads: int | None = None) -> KernelSource:
     """C++ for one kernel; ``hint`` evaluates a size expression at its hint (for choosing how to
-    parallelise), ``threads`` is the number of threads planned for. Buffers in ``recomputed``
-    (see :func:`recomputed_buffers`) are not stored: each loop that reads one recomputes it."""
-    return _KernelGen(kernel, buffer_dtype, hint, threads or os.cpu_count() or 1, recomputed).generate()
-
-
-RECOMPUTE_MAX_OPS = 24  # longest pointwise body recomputed rather than stored
-
-
-def recomputed_buffers(kernel: Kernel, read_elsewhere: set[str]) -> set[str]:
-    """Buffers a kernel stores only for its own later loops over ``r`` (softmax's scaled input,
-    read by the max, the sum and the normalisation): when a cheap pointwise node writes one and
-    every read is at the written index, recomputing it in each loop is cheaper than a round trip
-    through memory, and the buffer is never allocated. ``read_elsewhere``: buffers other steps
-    read, and the program's outputs."""
-    writes: dict[str, list] = {}
-    for n, kn in enumerate(kernel.nodes):
-        for b, index, _ in kn.writes():
-            writes.setdefault(b, []).append((n, index, kn))
-    found = set()
-    for b, ws in writes.items():
-        if b in kernel.internal or b in read_elsewhere or len(ws) != 1:
-            continue
-        n, index, kn = ws[0]
-        if kn.node.kind != "pointwise" or len(kn.node.body.ops) > RECOMPUTE_MAX_OPS:
-            continue
-        reads = [(m, i) for m, other in enumerate(kernel.nodes) for rb, i, _ in other.reads() if rb == b]
-        if reads and all(m > n and sympy.expand(i - index) == 0 for m, i in reads):
-            found.add(b)
-    return found
+    parallelise), ``threads`` is the number of threads planned for. The kernel's internal buffers
+    are never stored; one a later loop over ``r`` reads (fireclay-loops decides which) is
+    recomputed by that loop."""
+    return _KernelGen(kernel, buffer_dtype, hint, threads or os.cpu_count() or 1).generate()
