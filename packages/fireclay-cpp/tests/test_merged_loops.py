@@ -11,37 +11,27 @@ from merge_programs import (
     assert_symbolic_matches,
     build,
     build_symbolic,
+    schedule_with,
     space,
 )
 
 import fireclay_cpp
-from fireclay_loops import lower, schedule
-from fireclay_loops.config import config
-
-
-def _schedule(program, merge: bool):
-    previous = config.merge_loops
-    config.merge_loops = merge
-    try:
-        return schedule(lower(program))
-    finally:
-        config.merge_loops = previous
 
 
 @pytest.mark.parametrize("case", PARAMS)
 def test_merged_kernels_match_eager(case):
     b, program, tensors = build(case, seed=1)
-    scheduled = _schedule(program, True)
+    scheduled = schedule_with(program, True)
     assert [space(k) for k in scheduled.kernels] == case.spaces
     got = fireclay_cpp.compile_program(scheduled)(*tensors)
     # random numbers are drawn per flat element: the unmerged kernels must draw the same ones
-    want = fireclay_cpp.compile_program(_schedule(program, False))(*tensors) if case.random else b.eager(*tensors)
+    want = fireclay_cpp.compile_program(schedule_with(program, False))(*tensors) if case.random else b.eager(*tensors)
     assert_results_match(case, got, want)
 
 
 @pytest.mark.parametrize("case", SYMBOLIC_PARAMS)
 def test_merged_symbolic_kernels_match_eager(case):
-    scheduled = _schedule(build_symbolic(case), True)
+    scheduled = schedule_with(build_symbolic(case), True)
     assert [space(k) for k in scheduled.kernels] == case.spaces
     assert_symbolic_matches(fireclay_cpp.compile_program(scheduled), case, seed=1)
 
@@ -51,7 +41,7 @@ def test_a_merged_pointwise_kernel_is_one_loop():
     _, program, _ = build(case)
 
     def kernel_text(merge: bool) -> str:
-        src = fireclay_cpp.compile_program(_schedule(program, merge)).cpp_sources[0]
+        src = fireclay_cpp.compile_program(schedule_with(program, merge)).cpp_sources[0]
         start = src.index("void kernel0(")
         return src[start:src.index('extern "C"', start)]
 

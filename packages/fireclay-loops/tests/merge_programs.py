@@ -293,3 +293,16 @@ def assert_symbolic_matches(run, case, seed: int) -> None:
         tensors = [torch.randn(shape, generator=gen) for shape in case.shapes(a, b)]
         for g, w in zip(run(*tensors), case.eager(*tensors)):
             torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def schedule_with(program, merge: bool):
+    """``program`` scheduled with loop merging on or off (the config is restored after)."""
+    from fireclay_loops import lower, schedule
+    from fireclay_loops.config import config
+
+    previous = config.merge_loops
+    config.merge_loops = merge
+    try:
+        return schedule(lower(program))
+    finally:
+        config.merge_loops = previous

@@ -12,26 +12,17 @@ from merge_programs import (  # noqa: E402
     assert_results_match,
     build,
     build_symbolic,
+    schedule_with,
     space,
 )
 
 from fireclay_ir import dumps, loads  # noqa: E402
 from fireclay_loops import exprs, from_program, lower, record_body, schedule, to_program  # noqa: E402
-from fireclay_loops.config import config  # noqa: E402
 from fireclay_loops.ir import ComputeNode  # noqa: E402
 from fireclay_loops.kernel import Kernel, KernelNode  # noqa: E402
 from fireclay_loops.merge_loops import merge_kernel_loops, walks_as_one  # noqa: E402
 from fireclay_loops.ops import ops  # noqa: E402
 from fireclay_loops.reference import run  # noqa: E402
-
-
-def _unmerged(program):
-    previous = config.merge_loops
-    config.merge_loops = False
-    try:
-        return schedule(lower(program))
-    finally:
-        config.merge_loops = previous
 
 
 @pytest.mark.parametrize("case", PARAMS)
@@ -41,7 +32,7 @@ def test_merged_schedule_matches_eager(case):
     assert [space(k) for k in scheduled.kernels] == case.spaces
     got = run(scheduled, *tensors)
     # random numbers are drawn per flat element: the unmerged schedule must draw the same ones
-    want = run(_unmerged(program), *tensors) if case.random else b.eager(*tensors)
+    want = run(schedule_with(program, False), *tensors) if case.random else b.eager(*tensors)
     assert_results_match(case, got, want)
 
 
@@ -60,7 +51,7 @@ def test_symbolic_sizes_merge_only_where_the_rule_holds_for_every_size(case):
 def test_the_knob_keeps_the_tensors_loops():
     case = next(p.values[0] for p in PARAMS if p.id == "pointwise_3d_gelu")
     _, program, _ = build(case)
-    assert [space(k) for k in _unmerged(program).kernels] == ["[4, 6, 10]"]
+    assert [space(k) for k in schedule_with(program, False).kernels] == ["[4, 6, 10]"]
 
 
 def test_printed_schedule_shows_the_merged_loop():

@@ -5,20 +5,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from optable import CASES  # noqa: E402
+from test_fake_static import flat, meta_of  # noqa: E402
 
 from fireclay_shapes.torch import CachedMetaKernels, FakeMode, FakeTensor, _meta_cache  # noqa: E402
 
 aten = torch.ops.aten
-
-
-def flat(out):
-    if isinstance(out, (tuple, list)):
-        return [t for o in out for t in flat(o)]
-    return [out]
-
-
-def meta_of(t):
-    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.storage_offset())
 
 
 @pytest.fixture(autouse=True)

@@ -16,42 +16,34 @@ from merge_programs import (
     assert_symbolic_matches,
     build,
     build_symbolic,
+    schedule_with,
     space,
 )
 
-from fireclay_loops import lower, schedule
-from fireclay_loops.config import config
 from fireclay_triton import compile_program, generate_kernels
 
 interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                  reason="runs kernels in Triton's interpreter (no CUDA GPU here)")
 
 
-def _schedule(program, merge: bool):
-    previous = config.merge_loops
-    config.merge_loops = merge
-    try:
-        return schedule(lower(program))
-    finally:
-        config.merge_loops = previous
 
 
 @interpreted
 @pytest.mark.parametrize("case", PARAMS)
 def test_merged_kernels_match_eager(case):
     b, program, tensors = build(case, seed=2)
-    scheduled = _schedule(program, True)
+    scheduled = schedule_with(program, True)
     assert [space(k) for k in scheduled.kernels] == case.spaces
     got = compile_program(scheduled, tensors)(*tensors)
     # random numbers are drawn per flat element: the unmerged kernels must draw the same ones
-    want = compile_program(_schedule(program, False), tensors)(*tensors) if case.random else b.eager(*tensors)
+    want = compile_program(schedule_with(program, False), tensors)(*tensors) if case.random else b.eager(*tensors)
     assert_results_match(case, got, want)
 
 
 @interpreted
 @pytest.mark.parametrize("case", SYMBOLIC_PARAMS)
 def test_merged_symbolic_kernels_match_eager(case):
-    scheduled = _schedule(build_symbolic(case), True)
+    scheduled = schedule_with(build_symbolic(case), True)
     assert [space(k) for k in scheduled.kernels] == case.spaces
     assert_symbolic_matches(compile_program(scheduled), case, seed=2)
 
@@ -74,10 +66,10 @@ def _bert_layer_norm():
                          ids=["gelu", "layer_norm"])
 def test_bert_kernels_index_their_merged_loop_directly(build_program, spaces):
     program = build_program()
-    merged = _schedule(program, True)
+    merged = schedule_with(program, True)
     assert [space(k) for k in merged.kernels] == spaces
     text = "\n".join(k.source for k in generate_kernels(merged, interpret=False))
-    kept = "\n".join(k.source for k in generate_kernels(_schedule(program, False), interpret=False))
+    kept = "\n".join(k.source for k in generate_kernels(schedule_with(program, False), interpret=False))
     assert "x0 = xindex\n" in text and "//" not in text and "%" not in text
     assert "x1" not in text
     assert "xindex // (" in kept  # without merging, the loops are digits of the flat index

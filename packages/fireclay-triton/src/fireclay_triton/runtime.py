@@ -137,15 +137,16 @@ class DirectLaunch:
         self.enabled = direct_launch_enabled() and bool(names) and all(n in options for n in constexprs)
 
     def _hooked(self) -> bool:
+        """Whether a launch hook is installed (a hook chain with calls, or a plain callable)."""
         runtime = self._runtime_knobs
-        return any(getattr(h, "calls", h) for h in (runtime.launch_enter_hook, runtime.launch_exit_hook))
+        enter, exit_ = runtime.launch_enter_hook, runtime.launch_exit_hook
+        return bool(getattr(enter, "calls", enter) or getattr(exit_, "calls", exit_))
 
     def __call__(self, grid: tuple, args: tuple) -> None:
         device = self._device()
         key = (device, *[(a.data_ptr() & 15) == 0 if isinstance(a, torch.Tensor) else a for a in args])
         kernel = self.kernels.get(key)
         if kernel is None or self._hooked():
-            self.kernels.pop(key, None)
             kernel = self.fn[grid](*args, **self.options)
             if self.enabled and kernel is not None and hasattr(kernel, "packed_metadata"):
                 self.kernels[key] = kernel
@@ -194,13 +195,16 @@ class Launcher:
         programs = max(1, -(-numel // cfg.XBLOCK))
         return (programs, max(1, -(-rnumel // cfg.RBLOCK)) if self.kind == "tiled" else 1)
 
+    def _tail(self, numel: int, rnumel: int) -> tuple:
+        """The size arguments after the kernel's own (a pointwise kernel has no ``rnumel``)."""
+        return (numel,) if self.kind == "pointwise" else (numel, rnumel)
+
     def _run(self, cfg: LaunchConfig, args: tuple, numel: int, rnumel: int) -> None:
         grid = self._grid(cfg, numel, rnumel)
         if self.kind == "split":
             self._run_split(cfg, args, numel, rnumel, grid[0])
             return
-        tail = (numel,) if self.kind == "pointwise" else (numel, rnumel)
-        self._launch(self.fn, grid, args + tail, launch_options(cfg, self.kind))
+        self._launch(self.fn, grid, args + self._tail(numel, rnumel), launch_options(cfg, self.kind))
 
     def _run_split(self, cfg: LaunchConfig, args: tuple, numel: int, rnumel: int, programs: int) -> None:
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
@@ -299,11 +303,13 @@ class Launcher:
         if numel == 0:
             return
         cfg = self.config_for(args, numel, rnumel)
-        self._run(cfg, args, numel, rnumel)
-        if not self.interpret and self.kind != "split":
-            tail = (numel,) if self.kind == "pointwise" else (numel, rnumel)
-            launch = self._direct_launch(self.fn, launch_options(cfg, self.kind), len(args) + len(tail))
-            self._ready[(numel, rnumel)] = _Ready(launch, self._grid(cfg, numel, rnumel), tail)
+        if self.interpret or self.kind == "split":
+            self._run(cfg, args, numel, rnumel)
+            return
+        tail = self._tail(numel, rnumel)
+        launch = self._direct_launch(self.fn, launch_options(cfg, self.kind), len(args) + len(tail))
+        ready = self._ready[(numel, rnumel)] = _Ready(launch, self._grid(cfg, numel, rnumel), tail)
+        ready(args)
 
 
 class CompiledProgram(CompiledCall):
