@@ -285,7 +285,10 @@ class _Runner:
         result = fn(*arg(n.args), **{k: arg(v) for k, v in n.kwargs.items()})
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         for buf, k in zip(n.outputs, n.result_positions()):
-            self.view(buf).copy_(results[k])
+            target = self.view(buf)
+            if target.shape != results[k].shape:  # declared in the shape the program returns it
+                target = target.view(results[k].shape)
+            target.copy_(results[k])
 
     def outputs(self) -> tuple:
         out = []

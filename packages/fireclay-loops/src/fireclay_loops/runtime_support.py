@@ -11,11 +11,20 @@ Needs torch (the ``torch`` extra); ``import fireclay_loops`` does not import thi
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any
 
 import torch
+
+
+def contiguous_strides(size) -> tuple[int, ...]:
+    out, step = [], 1
+    for n in reversed(size):
+        out.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(out))
 
 
 def same_strides(size, strides, expected) -> bool:
@@ -59,6 +68,9 @@ def conform(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
     if tuple(t.shape) == tuple(size) and same_strides(size, t.stride(), stride):
         # exactly that layout, strides of extent-1 dims included: a wrapper may use it as it is
         return t if t.stride() == tuple(stride) else t.as_strided(size, stride, t.storage_offset())
+    if t.numel() == math.prod(size) and t.is_contiguous() and same_strides(size, contiguous_strides(size), stride):
+        # the same storage declared in another shape (a result the program returns reshaped)
+        return t.as_strided(size, stride, t.storage_offset())
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 

@@ -487,6 +487,20 @@ class _KernelGen(KernelGenState):
             else:
                 line = f"{res}_v, {res}_i = tl.reduce(({acc}_v, {acc}_i), 1, {combine})"
             done = _Val(f"{res}_i[:, None]", line, [update], "int64", frozenset({"x"}), False, self.stage)
+        elif reduction_type == "welford" and self.kind == "persistent":
+            # the whole row is in registers: the mean, then the squares about it (two sums, no
+            # division per element, and more accurate than merging per-lane Welford states)
+            t = tl_dtype(dtype)
+            update = _Val("", f"{acc}_x = tl.where(xrmask, {value.name}.to({t}), 0.0)", [value], dtype, xr, True)
+            res = self.fresh("red")
+            done = _Val(res, "\n".join([
+                f"{res}_w = tl.sum(rmask.to({t}), 1)[:, None]",
+                f"{res}_mean = tl.sum({acc}_x, 1)[:, None] / tl.where({res}_w == 0, 1.0, {res}_w)",
+                f"{res}_dm = tl.where(xrmask, {acc}_x - {res}_mean, 0.0)",
+                f"{res}_m2 = tl.sum({res}_dm * {res}_dm, 1)[:, None]"]),
+                [update], dtype, frozenset({"x"}), False, self.stage)
+            done.parts = [_Val(f"{res}_{p}", "", [done], dtype, frozenset({"x"}), False, self.stage)
+                          for p in ("mean", "m2", "w")]
         elif reduction_type == "welford":
             t = tl_dtype(dtype)
             init = _Val(acc, "\n".join(f"{acc}_{p} = tl.zeros({full}, {t})" for p in ("mean", "m2", "w")),

@@ -306,6 +306,10 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
             if isinstance(v, BufferValue) and v.is_whole_buffer() and (
                     want is None or _same_layout(v, want, exact=v.buffer.name in ctx.library_channels_last)):
                 outputs.append(v.buffer.name)
+            elif isinstance(v, BufferValue) and _reshaped_library_result(ctx, v, want, outputs):
+                # the library result is returned in the output's shape (no copy kernel)
+                v.buffer.size, v.buffer.stride = list(v.size), list(v.stride)
+                outputs.append(v.buffer.name)
             elif pos in free and layout.can_be_channels_last(v.size):
                 # computed here for the backward, whose activations are channels-last too
                 outputs.append(ctx.pointwise(v.size, v.dtype, v.device, v.load,
@@ -329,6 +333,27 @@ def _output_strides(o: Any, v: TensorValue) -> list[sympy.Expr]:
     if meta is not None and meta.strides is not None and layout.is_channels_last(meta.shape, meta.strides):
         return layout.channels_last_strides(v.size)
     return exprs.contiguous_strides(v.size)
+
+
+def _reshaped_library_result(ctx: LoweringContext, v: BufferValue, want: Sequence[Any] | None,
+                             outputs: list[Any]) -> bool:
+    """Whether output ``v`` is another shape of one library call's whole contiguous result (a
+    language model's logits: ``mm`` over [tokens, vocab] returned as [batch, seq, vocab]). Such a
+    result can be declared in the output's shape and taken as returned, instead of copied by a
+    kernel; kernels index buffers by storage offset and library calls by their own views, so no
+    reader depends on the buffer's declared shape."""
+    buf = v.buffer
+    if buf.is_input or buf.name in outputs or not exprs.equal(buf.offset, 0) or not exprs.equal(v.offset, 0):
+        return False
+    contiguous = exprs.contiguous_strides(v.size)
+    if not v.is_contiguous() or not _same_layout(BufferValue(buf), exprs.contiguous_strides(buf.size)):
+        return False
+    if want is not None and not all(exprs.equal(a, b) or exprs.equal(n, 1) for n, a, b in zip(v.size, contiguous, want)):
+        return False
+    if not exprs.equal(exprs.product(v.size), buf.numel):
+        return False
+    writers = [n for n in ctx.out.nodes if buf.name in n.write_buffers()]
+    return len(writers) == 1 and isinstance(writers[0], ExternNode) and len(writers[0].outputs) == 1
 
 
 def _same_layout(v: BufferValue, stride: Sequence[Any], exact: bool = False) -> bool:
