@@ -41,6 +41,10 @@ class Backend:
     gone, on-disk caches kept. `start_counting()` / `counts(...)` give graph and break counts of the
     compiles since the last `start_counting()`. `cache_env` names the environment variables that
     point the backend's on-disk caches somewhere, for the cold-compile measurement.
+    `wait_compiled()` blocks while the backend compiles in the background (fireclay runs CUDA
+    graphs in its interpreter meanwhile) and returns how many graphs started compiling since its
+    last call: each switches to its compiled code at its next call (0: nothing new; see
+    `measure.run_until_compiled`).
     """
 
     name: str
@@ -50,6 +54,7 @@ class Backend:
     start_counting: Callable[[], None] = lambda: None
     counts: Callable[[torch.nn.Module, Inputs], GraphCounts] = lambda model, inputs: GraphCounts(None, None)
     cache_env: tuple[str, ...] = ()
+    wait_compiled: Callable[[], int] = lambda: 0
 
     @property
     def is_eager(self) -> bool:
@@ -86,6 +91,11 @@ def _dynamo_counts(model, inputs) -> GraphCounts:
     return GraphCounts(int(counters["stats"]["unique_graphs"]), int(sum(counters["graph_break"].values())))
 
 
+def _fireclay_wait_compiled() -> int:
+    wait = getattr(_fireclay_module(), "wait_compiled", None)
+    return int(wait()) if callable(wait) else 0
+
+
 def _torch_compile(name: str, dynamo_backend: str, mode: str | None = None) -> Backend:
     def unavailable() -> str | None:
         import torch._dynamo
@@ -97,7 +107,9 @@ def _torch_compile(name: str, dynamo_backend: str, mode: str | None = None) -> B
     return Backend(name, unavailable=unavailable,
                    compile=lambda model: torch.compile(model, backend=dynamo_backend, mode=mode),
                    reset=_dynamo_reset, start_counting=_dynamo_start_counting, counts=_dynamo_counts,
-                   cache_env=ALL_CACHE_ENV)
+                   cache_env=ALL_CACHE_ENV,
+                   # torch.compile(backend="fireclay") runs fireclay's backend, background compiles included
+                   wait_compiled=_fireclay_wait_compiled if dynamo_backend.startswith("fireclay") else lambda: 0)
 
 
 def _fireclay_module():
@@ -139,7 +151,7 @@ def _fireclay(name: str, variant: str | None, mode: str | None = None) -> Backen
         return GraphCounts(getattr(report, "graph_count", None), breaks)
 
     return Backend(name, unavailable=unavailable, compile=compile, reset=reset, counts=counts,
-                   cache_env=FIRECLAY_CACHE_ENV + TORCH_CACHE_ENV)
+                   cache_env=FIRECLAY_CACHE_ENV + TORCH_CACHE_ENV, wait_compiled=_fireclay_wait_compiled)
 
 
 def get_backend(name: str) -> Backend:

@@ -217,6 +217,22 @@ def median_times(thunks: dict[str, Callable[[], object]], device: str, repeats: 
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+def run_until_compiled(call: Callable[[], object], wait_compiled: Callable[[], int], limit: int = 8) -> int:
+    """Call `call` until `wait_compiled()` (which blocks while the backend compiles in the
+    background) reports no graph with new compiled code: every graph `call` reaches then runs the
+    code it keeps (fireclay switches a graph at its first call after its kernels compiled, and
+    compiles a backward after its forward switched). Returns the number of calls made; after
+    `limit` calls it waits once more and stops."""
+    calls = 0
+    while calls < limit:
+        if not wait_compiled():
+            return calls
+        call()
+        calls += 1
+    wait_compiled()
+    return calls
+
+
 def timed(fn: Callable[[], object], device: str) -> tuple[float, object]:
     sync(device)
     start = time.perf_counter()

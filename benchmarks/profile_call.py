@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import pstats
 import statistics
@@ -21,7 +22,7 @@ import time
 import torch
 
 from benchmarks.backends import get_backend
-from benchmarks.measure import MODES, Step, fresh_copy, sync
+from benchmarks.measure import MODES, Step, fresh_copy, run_until_compiled, sync
 from benchmarks.models import PRESETS, get_model
 
 
@@ -91,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         steps = {}
         for b in backends:
             model = fresh_copy(built.module, args.device)
-            steps[b] = Step(get_backend(b).compile(model), model, args.mode)
+            backend = get_backend(b)
+            step = steps[b] = Step(backend.compile(model), model, args.mode)
+            step(inputs)
+            run_until_compiled(functools.partial(step, inputs), backend.wait_compiled)  # kernels, not the interpreter
             times[b] = per_step_ms(steps[b], inputs, args.device)
         cells = "  ".join(f"{b} {t:.3f} ms" for b, t in times.items())
         print(f"== {name} ({args.mode}, {'tiny' if args.tiny else preset}, {args.device}): {cells}")

@@ -97,8 +97,10 @@ def summary_rows(cells: list[Cell], backends: list[str]) -> list[dict]:
                for status in ("pass", "inaccurate", "error", "unavailable")},
             "speedup_geomean": geomean(c.speedup for c in passed),
             "first_compile_s_geomean": geomean(c.first_compile_s for c in passed),
+            "first_compiled_s_geomean": geomean(c.first_compiled_s for c in passed),
             "warm_compile_s_geomean": geomean(c.warm_compile_s for c in passed),
             "cold_compile_s_geomean": geomean(c.cold_compile_s for c in passed),
+            "cold_compiled_s_geomean": geomean(c.cold_compiled_s for c in passed),
             "overhead_us_median": statistics.median(overheads) if overheads else None,
             "peak_memory_vs_eager_geomean": geomean(memory_ratios),
         })
@@ -121,33 +123,38 @@ def markdown(meta: dict, cells: list[Cell], backends: list[str]) -> str:
         "## Summary",
         "",
         "Geometric means over the models that pass on that backend; overhead is a median "
-        "(it can be negative); memory is the geomean ratio of peak memory to eager's.",
+        "(it can be negative); memory is the geomean ratio of peak memory to eager's. Compile times: "
+        "\"compile\" until the first output, \"compiled\" until compiled code is in use (they differ where "
+        "kernels compile in the background).",
         "",
-        "| backend | pass | inaccurate | error | unavailable | speedup | first compile s | warm compile s "
-        "| cold compile s | overhead µs | peak mem vs eager |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| backend | pass | inaccurate | error | unavailable | speedup | first compile s | first compiled s "
+        "| warm compile s | cold compile s | cold compiled s | overhead µs | peak mem vs eager |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in summary_rows(cells, backends):
         lines.append(
             f"| {row['backend']} | {row['pass']}/{row['models']} | {row['inaccurate']} | {row['error']} "
             f"| {row['unavailable']} | {_fmt(row['speedup_geomean'], 2, 'x')} "
-            f"| {_fmt(row['first_compile_s_geomean'])} | {_fmt(row['warm_compile_s_geomean'])} "
-            f"| {_fmt(row['cold_compile_s_geomean'])} | {_signed(row['overhead_us_median'])} "
+            f"| {_fmt(row['first_compile_s_geomean'])} | {_fmt(row['first_compiled_s_geomean'])} "
+            f"| {_fmt(row['warm_compile_s_geomean'])} | {_fmt(row['cold_compile_s_geomean'])} "
+            f"| {_fmt(row['cold_compiled_s_geomean'])} | {_signed(row['overhead_us_median'])} "
             f"| {_fmt(row['peak_memory_vs_eager_geomean'], 2, 'x')} |")
     lines += [
         "",
         "## Per model",
         "",
-        "| model | family | backend | status | time ms | speedup | first compile s | warm s | cold s "
-        "| tiny ms | overhead µs | peak MiB | graphs | breaks | max rel err |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| model | family | backend | status | time ms | speedup | first compile s | compiled s | warm s | cold s "
+        "| cold compiled s | tiny ms | overhead µs | peak MiB | graphs | breaks | max rel err |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: |",
     ]
     for c in cells:
         error = "—" if c.max_error is None else ("inf" if not math.isfinite(c.max_error) else f"{c.max_error:.1e}")
         lines.append(
             f"| {c.model} | {c.family} | {c.backend} | {c.status} | {_fmt(c.time_ms, 3)} "
-            f"| {_fmt(c.speedup, 2, 'x')} | {_fmt(c.first_compile_s)} | {_fmt(c.warm_compile_s)} "
-            f"| {_fmt(c.cold_compile_s)} | {_fmt(c.tiny_ms, 3)} | {_signed(c.overhead_us)} "
+            f"| {_fmt(c.speedup, 2, 'x')} | {_fmt(c.first_compile_s)} | {_fmt(c.first_compiled_s)} "
+            f"| {_fmt(c.warm_compile_s)} | {_fmt(c.cold_compile_s)} | {_fmt(c.cold_compiled_s)} "
+            f"| {_fmt(c.tiny_ms, 3)} | {_signed(c.overhead_us)} "
             f"| {_fmt(c.peak_mb, 1)} | {_fmt(c.graphs)} | {_fmt(c.breaks)} | {error} |")
     problems = [c for c in cells if c.status != "pass" or any(not n.startswith("Traceback") for n in c.notes)]
     if problems:
@@ -182,10 +189,15 @@ def progress_line(index: int, total: int, cell: Cell) -> str:
     parts = [f"{_fmt(cell.speedup, 2, 'x'):>7}", f"time {_fmt(cell.time_ms, 3)} ms"]
     if cell.first_compile_s is not None and cell.backend != "eager":
         parts.append(f"first {cell.first_compile_s:.2f}s")
+        if cell.first_compiled_s is not None and cell.first_compiled_s - cell.first_compile_s > 0.005:
+            parts.append(f"compiled {cell.first_compiled_s:.2f}s")
     if cell.warm_compile_s is not None:
         parts.append(f"warm {cell.warm_compile_s:.2f}s")
     if cell.cold_compile_s is not None:
         parts.append(f"cold {cell.cold_compile_s:.2f}s")
+    if cell.cold_compiled_s is not None and cell.cold_compile_s is not None \
+            and cell.cold_compiled_s - cell.cold_compile_s > 0.005:
+        parts.append(f"cold compiled {cell.cold_compiled_s:.2f}s")
     if cell.overhead_us is not None and cell.backend != "eager":
         parts.append(f"overhead {cell.overhead_us:+.0f}us")
     if cell.peak_mb is not None:

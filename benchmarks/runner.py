@@ -24,6 +24,7 @@ from benchmarks.measure import (
     judge,
     median_times,
     peak_memory,
+    run_until_compiled,
     timed,
 )
 from benchmarks.models import Inputs, ModelSpec, ModelUnavailable
@@ -59,9 +60,13 @@ class Cell:
     worst_tensor: str = ""
     time_ms: float | None = None  # median per call (inference) or per training step
     speedup: float | None = None  # eager time_ms / this time_ms
-    first_compile_s: float | None = None  # first call in this process, compile included
+    first_compile_s: float | None = None  # first call in this process, compile included (time to first output)
+    # from the first call until compiled code is in use: with background compiles (fireclay on
+    # CUDA), the first call and the calls after it until every graph switched to its kernels
+    first_compiled_s: float | None = None
     warm_compile_s: float | None = None
     cold_compile_s: float | None = None
+    cold_compiled_s: float | None = None  # the cold process's first_compiled_s
     tiny_ms: float | None = None
     overhead_us: float | None = None  # tiny_ms above eager's tiny_ms
     peak_mb: float | None = None
@@ -117,10 +122,20 @@ def bench_model(spec: ModelSpec, backends: list[Backend], options: Options) -> l
             continue
         try:
             backend.reset()
+            backend.wait_compiled()  # (counts only the compiles this model starts)
             backend.start_counting()
             model = fresh_copy(built.module, device)
             step = Step(backend.compile(model), model, mode)
+            initial = {name: t.detach().clone() for name, t in model.state_dict().items()}
             cell.first_compile_s, observed = timed(lambda step=step: step.observed(check_inputs), device)
+            settle_s, switches = timed(lambda step=step, wait=backend.wait_compiled:
+                                       run_until_compiled(lambda: step(inputs), wait), device)
+            cell.first_compiled_s = cell.first_compile_s + settle_s
+            observations = [("", observed)]
+            if switches:  # the first call ran other code than the calls from now on: check that code too
+                model.load_state_dict(initial)
+                observations.append((" (compiled kernels)", step.observed(check_inputs)))
+            del initial  # (a copy of every parameter: not kept for the measurements below)
         except Exception as error:
             cell.fail("compile and first call", error)
             continue
@@ -131,24 +146,27 @@ def bench_model(spec: ModelSpec, backends: list[Backend], options: Options) -> l
                 cell.graphs, cell.breaks = counts.graphs, counts.breaks
             except Exception as error:
                 cell.notes.append(f"graph counts failed: {_one_line(error)}")
-        try:
-            accuracy = judge(observed, reference, spec.tolerance, reference64)
-        except Exception as error:  # the float64 run itself failed: keep the float32 verdict
-            cell.notes.append(f"float64 reference failed: {_one_line(error)}")
-            accuracy = compare(observed, reference, spec.tolerance)
-        cell.max_error, cell.worst_tensor = accuracy.max_error, accuracy.worst
-        if not accuracy.passed:
-            cell.status = "inaccurate"
-            cell.reason = (f"relative error {accuracy.max_error:.2e} at {accuracy.worst} > tolerance "
-                           f"{spec.tolerance:g}" + (f"; {accuracy.detail}" if accuracy.detail else ""))
-        elif accuracy.detail:
-            cell.notes.append(accuracy.detail)
+        for which, result in observations:  # the worst of the first call and the compiled code's
+            try:
+                accuracy = judge(result, reference, spec.tolerance, reference64)
+            except Exception as error:  # the float64 run itself failed: keep the float32 verdict
+                cell.notes.append(f"float64 reference failed: {_one_line(error)}")
+                accuracy = compare(result, reference, spec.tolerance)
+            if cell.max_error is None or accuracy.max_error > cell.max_error or not accuracy.passed:
+                cell.max_error, cell.worst_tensor = accuracy.max_error, accuracy.worst + which
+            if not accuracy.passed:
+                cell.status = "inaccurate"
+                cell.reason = (f"relative error {accuracy.max_error:.2e} at {accuracy.worst}{which} > tolerance "
+                               f"{spec.tolerance:g}" + (f"; {accuracy.detail}" if accuracy.detail else ""))
+            elif accuracy.detail:
+                cell.notes.append(accuracy.detail)
 
-    _measure_speed(spec, cells, steps, inputs, options)
+    waits = {b.name: b.wait_compiled for b in backends}
+    _measure_speed(spec, cells, steps, inputs, options, waits)
     if "memory" in options.metrics:
         _measure_memory(cells, steps, inputs, options)
     if "overhead" in options.metrics:
-        _measure_overhead(cells, steps, built.inputs(TINY_SEED, device, tiny=True), options)
+        _measure_overhead(cells, steps, built.inputs(TINY_SEED, device, tiny=True), options, waits)
     if "warm" in options.metrics:
         _measure_warm(built, backends, cells, steps, inputs, options)
     if "cold" in options.metrics:
@@ -160,12 +178,14 @@ def bench_model(spec: ModelSpec, backends: list[Backend], options: Options) -> l
     return list(cells.values())
 
 
-def _guarded_times(cells, thunks, device, repeats, what: str, fatal: bool) -> dict[str, float]:
+def _guarded_times(cells, thunks, device, repeats, what: str, fatal: bool, waits) -> dict[str, float]:
     """median_times over the thunks that run; a thunk that raises is dropped with its reason: the
-    cell fails when the measurement is its main one (`fatal`), else it keeps a note."""
+    cell fails when the measurement is its main one (`fatal`), else it keeps a note. Background
+    compiles finish (and every graph switches to compiled code) before the samples."""
     for name, thunk in list(thunks.items()):
         try:
             thunk()  # a first call outside the samples: recompiles for new shapes land here
+            run_until_compiled(thunk, waits.get(name, lambda: 0))
         except Exception as error:
             if fatal:
                 cells[name].fail(what, error)
@@ -175,11 +195,11 @@ def _guarded_times(cells, thunks, device, repeats, what: str, fatal: bool) -> di
     return median_times(thunks, device, repeats) if thunks else {}
 
 
-def _measure_speed(spec, cells, steps, inputs, options) -> None:
+def _measure_speed(spec, cells, steps, inputs, options, waits) -> None:
     if "speed" not in options.metrics:
         return
     thunks = {name: (lambda step=step: step(inputs)) for name, step in steps.items()}
-    times = _guarded_times(cells, thunks, options.device, options.repeats, "timed runs", fatal=True)
+    times = _guarded_times(cells, thunks, options.device, options.repeats, "timed runs", fatal=True, waits=waits)
     eager = times.get("eager")
     for name, seconds in times.items():
         cells[name].time_ms = seconds * 1e3
@@ -201,10 +221,11 @@ def _measure_memory(cells, steps, inputs, options) -> None:
         cells[name].peak_mb = memory["peak_mb"]
 
 
-def _measure_overhead(cells, steps, tiny_inputs, options) -> None:
+def _measure_overhead(cells, steps, tiny_inputs, options, waits) -> None:
     live = {name: step for name, step in steps.items() if cells[name].status != "error"}
     thunks = {name: (lambda step=step: step(tiny_inputs)) for name, step in live.items()}
-    times = _guarded_times(cells, thunks, options.device, options.repeats, "tiny-input runs", fatal=False)
+    times = _guarded_times(cells, thunks, options.device, options.repeats, "tiny-input runs", fatal=False,
+                           waits=waits)
     eager = times.get("eager")
     for name, seconds in times.items():
         cells[name].tiny_ms = seconds * 1e3
@@ -222,6 +243,7 @@ def _measure_warm(built, backends, cells, steps, inputs, options) -> None:
             model = fresh_copy(built.module, options.device)
             step = Step(backend.compile(model), model, options.mode)
             cells[backend.name].warm_compile_s, _ = timed(lambda step=step: step(inputs), options.device)
+            run_until_compiled(lambda step=step: step(inputs), backend.wait_compiled)  # none left running
         except Exception as error:
             cells[backend.name].notes.append(f"warm compile failed: {_one_line(error)}")
 
@@ -241,7 +263,9 @@ def prime(backend: Backend, options: Options) -> None:
     toy = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).to(options.device)
     try:
         step = Step(backend.compile(toy), toy, options.mode)
-        step(Inputs((torch.randn(4, 8, device=options.device),)))
+        toy_inputs = Inputs((torch.randn(4, 8, device=options.device),))
+        step(toy_inputs)
+        run_until_compiled(lambda: step(toy_inputs), backend.wait_compiled)
     except Exception:
         pass  # the model runs report the backend's failures, with their reasons
     finally:
@@ -271,3 +295,4 @@ def _measure_cold(spec, backend, cell, options) -> None:
     if report.get("error"):
         cell.notes.append(f"cold compile: {report['error']}")
     cell.cold_compile_s = report.get("cold_compile_s")
+    cell.cold_compiled_s = report.get("cold_compiled_s")

@@ -201,3 +201,34 @@ def test_isolated_run_reads_back_the_cells_of_each_model(tmp_path):
     cells = {c["backend"]: c for c in json.load(open(json_path))["cells"]}
     assert cells["eager"]["status"] == "pass" and cells["eager"]["time_ms"] > 0
     assert cells["fireclay-x"]["status"] == "unavailable"
+
+
+class _CompilesInBackground:
+    """A backend that answers with the model itself until `wait_compiled()` reports its graph
+    compiled, then with `compiled(model)`: how fireclay behaves on CUDA (interpreter first)."""
+
+    def __init__(self, compiled):
+        self.compiled, self.pending, self.switched = compiled, 0, False
+
+    def compile(self, model):
+        self.pending, self.switched = 1, False
+        after = self.compiled(model)
+        return lambda *a, **k: (after if self.switched else model)(*a, **k)
+
+    def wait_compiled(self) -> int:
+        started, self.pending, self.switched = self.pending, 0, True
+        return started
+
+
+@pytest.mark.parametrize("mode", ["inference", "training"])
+@pytest.mark.parametrize("wrong_after_switch", [False, True])
+def test_background_compiles_are_waited_for_and_their_code_is_checked(mode, wrong_after_switch):
+    fake = _CompilesInBackground(WRONG_BACKENDS["off-by-a-bit"] if wrong_after_switch else (lambda m: m))
+    backend = Backend("tiered", unavailable=lambda: None, compile=fake.compile, wait_compiled=fake.wait_compiled)
+    options = Options(mode=mode, repeats=2, metrics=("accuracy", "speed"))
+    eager, cell = bench_model(get_model("mlp"), [get_backend("eager"), backend], options)
+    assert cell.first_compiled_s is not None and cell.first_compiled_s >= cell.first_compile_s
+    if wrong_after_switch:  # the first call was right; the compiled code is not, and that is caught
+        assert cell.status == "inaccurate" and cell.worst_tensor.endswith("(compiled kernels)"), cell
+    else:
+        assert cell.status == "pass" and cell.time_ms > 0, cell

@@ -16,7 +16,7 @@ import fireclay_cpp.runtime as cpp_runtime
 from benchmarks.measure import Step
 from benchmarks.models import all_models
 
-MODELS = ["mlp", "transformer_block", "bert", "gpt2", "llama"]
+MODELS = ["mlp", "transformer_block", "bert", "gpt2", "llama", "cnn_bn"]
 # Copies still made, by model, with the reason; when one goes away its line must go too.
 KNOWN_COPIES = {
     # q and k come out of the rotary-embedding kernel contiguous, so the CPU attention kernel

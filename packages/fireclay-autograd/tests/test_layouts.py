@@ -133,3 +133,59 @@ def test_symbolic_inputs_keep_their_traced_layouts():
     p = _program("aten::neg.default", TensorMeta("float32", ("s0", 2)))
     p.add_symbol("s0", hint=3, min=2)
     assert with_input_layouts(p, [torch.randn(2, 3).t()]) is p
+
+
+class _SettlingForward:
+    """A forward that runs a stand-in (outputs as eager lays them out) for its first ``stand_in``
+    calls, then its "compiled" code (outputs in reversed-dims layouts), like a forward whose
+    kernels compile in the background; ``settled()`` once a call ran the compiled code."""
+
+    def __init__(self, program, stand_in: int):
+        self.program, self.stand_in, self.calls = program, stand_in, 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        relayout = RELAYOUTS["reversed" if self.calls > self.stand_in else "as_is"]
+        return [relayout(t) if isinstance(t, torch.Tensor) else t for t in run_program(self.program, *args)]
+
+    def settled(self) -> bool:
+        return self.calls > self.stand_in
+
+
+@pytest.mark.parametrize("stand_in", [0, 1, 3])
+@pytest.mark.parametrize("cid,fn,make", CASES, ids=[c[0] for c in CASES])
+def test_backward_waits_for_a_settling_forward_then_takes_its_layouts(cid, fn, make, stand_in):
+    torch.manual_seed(0)
+    inputs = make()
+    seen: list[Program] = []
+    compiled_at: list[int] = []
+    forwards: list[_SettlingForward] = []
+    backward = _recording_backward(seen)
+
+    def forward_compiler(program, examples):
+        forwards.append(_SettlingForward(program, stand_in))
+        return forwards[-1]
+
+    def spying_backward(program, examples):
+        compiled_at.append(forwards[0].calls)
+        inner = backward(program, examples)
+        arrived = []
+
+        def run(*args):
+            arrived.append(list(args))
+            return inner(*args)
+        run.arrived = arrived
+        spying_backward.run = run
+        return run
+
+    compiled = compile_program(program_from(fn, clone_inputs(inputs)), clone_inputs(inputs),
+                               fw_compiler=forward_compiler, bw_compiler=spying_backward)
+    for _ in range(stand_in + 2):  # gradients are eager's before and after the backward compiles
+        compare_with_eager(fn, compiled, make(), atol=1e-9, rtol=1e-9)
+    # compiled once, at the backward of the first forward call that ran the compiled code
+    assert compiled_at == [stand_in + 1] and len(seen) == 1
+    first = spying_backward.run.arrived[0]
+    assert any(isinstance(t, torch.Tensor) and t.dim() > 1 for t in first)
+    for v, t in zip(seen[0].main.inputs, first):
+        if v.is_tensor and isinstance(t, torch.Tensor):
+            assert all(n <= 1 or a == b for n, a, b in zip(t.shape, _strides(v.meta), t.stride())), (v, t.stride())

@@ -128,6 +128,28 @@ def test_shape_change_is_reported():
         compiled(torch.randn(5, 4))
 
 
+@pytest.mark.parametrize("make,described", [
+    (lambda: torch.randn(5, 4), r"a torch.float32 tensor of shape \[5, 4\] on cpu"),
+    (lambda: torch.randn(3, 4, dtype=torch.float64), r"a torch.float64 tensor of shape \[3, 4\] on cpu"),
+    (lambda: torch.randn(3, 4, device="meta"), r"a torch.float32 tensor of shape \[3, 4\] on meta"),
+    (lambda: torch.randn(4), r"a torch.float32 tensor of shape \[4\] on cpu"),
+    (lambda: 2.5, r"a float"),
+], ids=["shape", "dtype", "device", "rank", "not_a_tensor"])
+def test_every_kind_of_input_change_is_reported(make, described):
+    def fn(x, y):
+        return x * y
+
+    x, y = torch.randn(3, 4), torch.randn(4)
+    compiled = compile_program(program_from(fn, [x, y]), [x, y])
+    with pytest.raises(TypeError, match=rf"input %\w+ is {described} but the program was compiled for a "
+                                        r"torch.float32 tensor of shape \[3, 4\] on cpu; recompile"):
+        compiled(make(), y)
+    # what the program was compiled for still runs, in any layout and as a parameter
+    for a in (torch.randn(3, 4), torch.randn(4, 3).t(), torch.nn.Parameter(torch.randn(3, 4))):
+        (got,) = compiled(a, y)
+        torch.testing.assert_close(got, fn(a, y))
+
+
 def test_wrong_number_of_inputs_is_reported():
     def fn(x, y):
         return x + y

@@ -125,8 +125,8 @@ def test_programs_without_2d_convolutions_are_left_alone():
     assert not layout.uses_channels_last(p.main, ("cpu",))
 
 
-@pytest.mark.parametrize("raw,expected", [(None, ("cpu",)), ("", ()), ("none", ()), ("0", ()),
-                                          ("cpu,cuda", ("cpu", "cuda")), (" CUDA ", ("cuda",))])
+@pytest.mark.parametrize("raw,expected", [(None, ("cpu", "cuda")), ("cpu", ("cpu",)), ("", ()), ("none", ()),
+                                          ("0", ()), ("cpu,cuda", ("cpu", "cuda")), (" CUDA ", ("cuda",))])
 def test_environment_variable(monkeypatch, raw, expected):
     if raw is None:
         monkeypatch.delenv("FIRECLAY_LOOPS_CHANNELS_LAST", raising=False)

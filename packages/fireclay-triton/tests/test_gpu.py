@@ -8,6 +8,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 test_op_table = pytest.importorskip("test_op_table", reason="fireclay-loops' tests hold the op table")
 
+import reduction_programs  # noqa: E402
 from optable import check_case  # noqa: E402
 from programs import PROGRAMS, build_program  # noqa: E402
 
@@ -250,3 +251,43 @@ def test_launchers_are_built_while_compiling_not_at_the_first_call(tmp_path, mon
     for g, w in zip(compiled(*tensors), b.eager(*tensors)):
         torch.testing.assert_close(g, w, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))
     assert builds == []
+
+
+# reductions with few outputs and long reductions (fireclay-loops' long_reductions schedule)
+LONG_REDUCTION_CASES = [
+    (reduction_programs.bn_case("bn_c64_channels_last", 16, 64, 64, 64, True), ["split", "pointwise"]),
+    (reduction_programs.bn_case("bn_c64_contiguous", 16, 64, 64, 64, False), ["split", "tiled"]),
+    (reduction_programs.bn_case("bn_c512_channels_last", 64, 512, 16, 16, True), ["split", "pointwise"]),
+    (reduction_programs.bn_case("bn_c96_ragged_channels_last", 7, 96, 37, 29, True), ["split", "pointwise"]),
+    (reduction_programs.bn_forward_case("bn_forward_c64_channels_last", 16, 64, 64, 64, True), ["split", "pointwise"]),
+    (reduction_programs.softmax_case("softmax_backward_scale", reduction_programs.softmax_backward_with_scale,
+                                     64, 512, 1024), ["persistent", "split"]),
+    (reduction_programs.softmax_case("softmax_backward_both", reduction_programs.softmax_backward_both,
+                                     64, 512, 1024), ["persistent", "split"]),
+]
+LONG_REDUCTION_TOLERANCE = {torch.float32: 2e-5, torch.float16: 4e-3, torch.bfloat16: 3e-2}
+
+
+@pytest.mark.parametrize("dtype", list(LONG_REDUCTION_TOLERANCE), ids=str)
+@pytest.mark.parametrize("case,kinds", LONG_REDUCTION_CASES, ids=[c.name for c, _ in LONG_REDUCTION_CASES])
+def test_long_reductions_with_few_outputs_on_gpu(case, kinds, dtype):
+    from fireclay_loops import lower
+
+    if dtype is torch.float16 and case.name.startswith("softmax"):
+        pytest.skip("a float16 sum of 32M products overflows float16 in eager")
+    forward = case.build is reduction_programs.batch_norm_training_forward
+    if forward and dtype is not torch.float32:
+        pytest.skip("half-precision running statistics are not what a training batch norm keeps")
+    b, program, make = reduction_programs.build(case, dtype, "cuda")
+    compiled = compile_program(lower(program, channels_last=bool(case.channels_last)), cfg=Config(autotune=True))
+    if forward and compiled.scheduled.extern_calls:
+        pytest.skip("this fireclay-loops calls the library for training batch norm")
+    assert [k.kind for k in compiled.kernels] == kinds
+    tol = LONG_REDUCTION_TOLERANCE[dtype]
+    for _ in range(2):
+        inputs = [t.cuda() for t in make()]
+        first = compiled(*inputs)
+        for got, again, want in zip(first, compiled(*inputs), b.eager(*inputs)):
+            assert torch.equal(got, again)  # deterministic: no atomics
+            scale = max(1.0, float(want.double().abs().max()))
+            torch.testing.assert_close(got.double(), want.double(), atol=tol * scale, rtol=tol)

@@ -160,18 +160,25 @@ def _sums_columns(b, x):  # two sums of one input: both split, one finisher
     return (b.call("sum.dim_IntList", x, [0]), b.call("sum.dim_IntList", b.call("mul.Tensor", x, x), [0]))
 
 
-def _column_sum_then_scale(b, x):  # an epilogue on the result: not split
+def _column_sum_then_scale(b, x):  # code over the outputs after the sum: in the finisher
     return (b.call("mul.Scalar", b.call("sum.dim_IntList", x, [0]), 0.5),)
+
+
+def _column_var_mean(b, x):  # Welford: partial (mean, m2, count) per chunk, merged by the finisher
+    return b.call("var_mean.correction", x, [0], correction=1)
 
 
 # (builder, input shape, dtype, split expected)
 SPLIT_CASES = [
     pytest.param(_reduce("sum.dim_IntList", [0]), (5000, 40), torch.float32, True, id="sum_ragged"),
-    pytest.param(_reduce("mean.dim", [0]), (4500, 33), torch.float32, False, id="mean_has_an_epilogue"),
+    pytest.param(_reduce("mean.dim", [0]), (4500, 33), torch.float32, True, id="mean_divides_in_the_finisher"),
     pytest.param(_sums_columns, (4100, 24), torch.float32, True, id="two_sums"),
     pytest.param(_reduce("sum.dim_IntList", [0, 1]), (70, 80, 9), torch.float32, True, id="sum_two_outer_dims"),
-    pytest.param(_column_sum_then_scale, (5000, 40), torch.float32, False, id="sum_then_scale"),
-    pytest.param(_reduce("amax.default", [0]), (5000, 40), torch.float32, False, id="amax_not_split"),
+    pytest.param(_column_sum_then_scale, (5000, 40), torch.float32, True, id="sum_then_scale"),
+    pytest.param(_reduce("amax.default", [0]), (5000, 40), torch.float32, True, id="amax"),
+    pytest.param(_reduce("amin.default", [0]), (5000, 40), torch.float32, True, id="amin"),
+    pytest.param(_column_var_mean, (5000, 40), torch.float32, True, id="var_mean_welford"),
+    pytest.param(_reduce("argmax.default", 0), (5000, 40), torch.float32, False, id="argmax_not_split"),
     pytest.param(_reduce("sum.dim_IntList", [0]), (5000, 40), torch.float64, False, id="float64_not_split"),
     # contiguous rows, but so few that one program per row would leave the GPU idle
     pytest.param(_reduce("sum.dim_IntList", [1]), (3, 40000), torch.float32, True, id="few_long_rows"),

@@ -152,6 +152,7 @@ class CompiledProgram:
         inputs, self._user_positions = _bind_inputs(program, example_inputs)
         self._weights = {i: x for i, x in enumerate(inputs) if i not in self._user_positions}
         self._signature = [_signature(x) for x in inputs]
+        self._expected = [_expected(sig) for sig in self._signature]
         self._inference: InferenceRuntime | None = None
         self._training: TrainingRuntime | None = None
         self.graphs: AOTGraphs | None = None
@@ -182,12 +183,26 @@ class CompiledProgram:
             inputs[pos] = x
         for pos, x in self._weights.items():
             inputs[pos] = x
+        # _signature(x) == want, without building a signature per input (a program of many
+        # weights is called with dozens of tensors, and this runs on every call)
+        tensor = torch.Tensor
+        for x, (shape, dtype, device) in zip(inputs, self._expected):
+            if shape is None:
+                same = not isinstance(x, tensor) and type(x).__name__ == dtype
+            else:
+                same = (isinstance(x, tensor) and x.dtype is dtype and x.shape == shape
+                        and (x.is_cpu if device == "cpu" else x.device.type == device))
+            if not same:
+                self._reject(inputs)
+        return inputs
+
+    def _reject(self, inputs: list[Any]) -> None:
         for i, (x, want) in enumerate(zip(inputs, self._signature)):
             if _signature(x) != want:
                 name = self.program.main.inputs[i].name
                 raise TypeError(f"input %{name} is {_describe(_signature(x))} but the program was compiled for "
                                 f"{_describe(want)}; recompile for the new shapes")
-        return inputs
+        raise TypeError("the inputs do not match those the program was compiled for; recompile for them")
 
     def _artifact(self, kind: str, inputs: list[Any], build: Callable[[list[Any]], Any]) -> Any:
         cache = self.artifact_cache
@@ -213,8 +228,9 @@ class CompiledProgram:
     def _compile_training(self, inputs: list[Any]) -> TrainingRuntime:
         art = self._artifact("training", inputs, self._training_artifact)
         fw = self.fw_compiler(art.forward, list(inputs) + art.constants)
-        # Compiled for the layouts the saved tensors and tangents arrive in (fireclay_autograd.layouts).
-        bw = BackwardAtFirstCall(self.bw_compiler, art.backward, _examples)
+        # Compiled for the layouts the saved tensors and tangents arrive in (fireclay_autograd.layouts),
+        # once a forward that runs a stand-in while compiling has settled.
+        bw = BackwardAtFirstCall(self.bw_compiler, art.backward, _examples, forward=fw)
         return TrainingRuntime(fw, bw, art.plan, art.constants, art.num_saved, art.tangent_outputs,
                                art.grad_inputs, art.tangent_metas)
 
@@ -234,6 +250,13 @@ def _signature(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return ("tensor", tuple(x.shape), x.dtype, x.device.type)
     return ("value", type(x).__name__)
+
+
+def _expected(sig: Any) -> tuple:
+    """(shape, dtype, device type) of a tensor signature; (None, type name, None) of a value's."""
+    if sig[0] == "tensor":
+        return sig[1], sig[2], sig[3]
+    return None, sig[1], None
 
 
 def _describe(sig: Any) -> str:

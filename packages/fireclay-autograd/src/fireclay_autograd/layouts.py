@@ -11,6 +11,13 @@ before.
 
 A graph that reads an input's storage directly (``as_strided`` and its kin) keeps the traced
 layouts: there a different stride would change what is read, not only how fast.
+
+A forward compiler may return a callable that runs a stand-in (the interpreter) while its
+kernels compile in the background, and exposes ``settled()``: False until a call has run the
+code it keeps for good. The layouts the backward then sees come from the stand-in, not from the
+compiled forward, so until the forward has settled the backward runs in this package's executor
+and is not compiled; its first call after that compiles it for the layouts the settled forward
+produces.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Any
 
 import torch
 
+from fireclay_autograd.executor import run_program
 from fireclay_ir import Graph, Node, Program, TensorMeta, Value, map_values
 
 # Ops whose result depends on the strides of their input, not only on its values.
@@ -85,18 +93,25 @@ def with_input_layouts(program: Program, inputs: Sequence[Any]) -> Program:
 
 
 class BackwardAtFirstCall:
-    """A backward compiled on its first call for the layouts of that call's inputs."""
+    """A backward compiled on its first call for the layouts of that call's inputs (its first
+    call after ``forward`` settled, when the forward has a ``settled()``: see the module docstring)."""
 
-    def __init__(self, compiler: Compiler, program: Program, examples: Callable[[Program], list[torch.Tensor]]):
+    def __init__(self, compiler: Compiler, program: Program, examples: Callable[[Program], list[torch.Tensor]],
+                 forward: Any = None):
         self.compiler = compiler
         self.program = program  # as traced
         self.examples = examples
         self.compiled_program: Program | None = None  # what was compiled, once it was
         self._fn: Callable[..., Sequence[Any]] | None = None
+        self._forward_settled: Callable[[], bool] | None = getattr(forward, "settled", None)
+        self.interpreted_calls = 0  # calls run in the executor while the forward had not settled
 
     def __call__(self, *inputs: Any) -> Sequence[Any]:
         fn = self._fn
         if fn is None:
+            if self._forward_settled is not None and not self._forward_settled():
+                self.interpreted_calls += 1
+                return run_program(self.program, *inputs)
             program = with_input_layouts(self.program, inputs)
             fn = self._fn = self.compiler(program, self.examples(program))
             self.compiled_program = program

@@ -20,7 +20,7 @@ from fireclay_cpp.build import build_libraries
 from fireclay_cpp.config import Config, config
 from fireclay_cpp.kernel_codegen import KernelSource, generate_kernel, simd_reductions
 from fireclay_cpp.prelude import PRELUDE
-from fireclay_cpp.wrapper_codegen import generate_wrapper
+from fireclay_cpp.wrapper_codegen import ExternCalls, generate_wrapper
 from fireclay_loops import ScheduledProgram
 from fireclay_loops.codegen_support import to_scheduled
 
@@ -55,8 +55,10 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
     kernels = generate_kernels(scheduled, cfg)
     groups = library_sources(kernels, cfg)
     library_of = {k.name: i for i, group in enumerate(groups) for k in group}
+    externs = ExternCalls(runtime.returns_one_tensor, runtime.linear_out() is not None, cfg.resolved_keep_arena_bytes(),
+                          runtime.may_alias_argument)
     wrapper = generate_wrapper(scheduled, {k.name: (k.buffers, k.symbols) for k in kernels}, library_of,
-                               runtime.out_argument)
+                               runtime.out_argument, externs)
     sources = [PRELUDE + simd_reductions([t for k in group for t in k.accumulators]) + "\n"
                + "\n".join(k.source for k in group) + "\n"
                + "".join(r.source for r in wrapper.runs if r.library == i) for i, group in enumerate(groups)]
@@ -64,12 +66,13 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
     namespace: dict[str, Any] = {"torch": torch, "as_base": runtime.as_base, "typed": runtime.typed,
                                  "view": runtime.view, "conform": runtime.conform,
                                  "tensor_types": (torch.Tensor, torch.nn.Parameter),
-                                 "get_num_threads": torch.get_num_threads}
+                                 "get_num_threads": torch.get_num_threads, "linear": runtime.linear_out(),
+                                 "workspaces": []}
     for run in wrapper.runs:
         namespace[run.name] = runtime.bind_run(libraries[run.library].handle, run.name)
         namespace["pack" + run.name] = ctypes.c_int64 * run.slots
     for var, op in wrapper.namespace_ops.items():
-        namespace[var] = runtime.aten_op(op)
+        namespace[var] = runtime.extern_op(op)
     for var, op in wrapper.out_ops.items():
         namespace[var] = runtime.out_op(op)
     namespace.update(wrapper.constants)

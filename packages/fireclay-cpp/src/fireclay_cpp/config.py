@@ -4,7 +4,9 @@
   ``<tempdir>/fireclay-cache-<user>``; the C++ libraries go in its ``cpp/`` folder);
 * ``FIRECLAY_CXX`` (else ``CXX``): the C++ compiler (default ``g++``);
 * ``FIRECLAY_CPP_FLAGS``: extra compiler flags, appended to the defaults;
-* ``FIRECLAY_CPP_THREADS``: the number of threads kernels are planned for (default: CPU count).
+* ``FIRECLAY_CPP_THREADS``: the number of threads kernels are planned for (default: CPU count);
+* ``FIRECLAY_CPP_KEEP_ARENA``: the largest per-call arena (bytes) a compiled program keeps from one
+  call to the next, with every view of it made once (default 4 MiB; 0: a new arena every call).
 
 On x86-64 glibc (2.22 and later) libraries link glibc's vector math library (``-lmvec``) and the
 prelude declares its functions SIMD-callable (``-DFC_LIBMVEC``), so loops over exp, tanh, erf...
@@ -20,8 +22,12 @@ import platform
 import tempfile
 from dataclasses import dataclass, field
 
+# -fno-trapping-math: no code reads floating-point exception flags, and without it GCC will not
+# turn a select whose arm divides (a mean's gradient masked by max pooling's) into a vector
+# blend, so the whole loop stays scalar; results are the same bits either way.
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno",
-                 "-w")
+                 "-fno-trapping-math", "-w")
+DEFAULT_KEEP_ARENA_BYTES = 4 * 2**20
 
 
 @functools.cache
@@ -49,6 +55,11 @@ class Config:
     compiler: str | None = None  # None: FIRECLAY_CXX, CXX, then g++
     extra_flags: list[str] = field(default_factory=list)
     threads: int | None = None
+    # A program whose arena of intermediates is at most this many bytes keeps it between calls
+    # (None: FIRECLAY_CPP_KEEP_ARENA, else DEFAULT_KEEP_ARENA_BYTES). Small programs spend more
+    # time making the arena and its views than in some of their kernels; large ones would hold
+    # much memory between calls for a gain that is small next to their run time.
+    keep_arena_bytes: int | None = None
 
     def resolved_cache_dir(self) -> str:
         base = self.cache_dir or os.environ.get("FIRECLAY_CACHE_DIR") or os.path.join(
@@ -66,6 +77,12 @@ class Config:
     def link_flags(self) -> list[str]:
         """Libraries to link, after the source (the linker drops a library named before its users)."""
         return ["-lmvec"] if _has_libmvec() else []
+
+    def resolved_keep_arena_bytes(self) -> int:
+        if self.keep_arena_bytes is not None:
+            return self.keep_arena_bytes
+        env = os.environ.get("FIRECLAY_CPP_KEEP_ARENA")
+        return int(env) if env else DEFAULT_KEEP_ARENA_BYTES
 
     def resolved_threads(self) -> int:
         env = os.environ.get("FIRECLAY_CPP_THREADS")

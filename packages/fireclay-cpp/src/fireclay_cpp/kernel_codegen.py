@@ -20,9 +20,16 @@ becomes two passes over the row: a sum for the mean, then a sum of squared devia
 
 Column reductions (a reduction whose memory is contiguous along the innermost kept dim and
 strided along the reduced one: a bias gradient, the column sums of a ``[rows, cols]`` tensor) run
-the other way round: the kept dim goes in blocks of :data:`COLUMN_BLOCK` points, one accumulator
-per point of the block, the reduction loop outside and an ``omp simd`` loop over the block
-inside, so every load reads consecutive addresses instead of gathering one per lane.
+the other way round: the kept dim goes in blocks, one accumulator per point of the block, the
+reduction loop outside and an ``omp simd`` loop over the block inside, so every load reads
+consecutive addresses instead of gathering one per lane. A block is as wide as the kept dim (up
+to :data:`COLUMN_BLOCK` points and :data:`COLUMN_BLOCK_BYTES` of accumulators): the reduction
+loop then walks whole rows, in memory order; blocks of part of a row make each pass over the
+rows skip through memory, which measured up to twice as slow once the rows leave the cache
+(a layer-norm weight gradient over 4096 x 768). When there are fewer blocks than threads at
+run time, the blocks are narrowed then, so that every thread has one. A kernel's
+later loops over ``r`` (batch norm's backward over channels-last memory: the input gradient
+needs the per-channel sums of the first loop) run the same way, block by block.
 
 Parallelism: the outer loops are an OpenMP ``parallel for`` (all but the innermost for pointwise
 kernels, so the innermost stays a plain loop the compiler vectorises). When there are few outer
@@ -48,7 +55,9 @@ from fireclay_shapes import cpp_code
 
 PARALLEL_MIN_WORK = 16384  # points of work below which the OpenMP fork costs more than it saves
 SPLIT_REDUCTION_MIN = 4096  # reduction length from which a lone reduction is split over threads
-COLUMN_BLOCK = 64  # kept-dim points per block of a column reduction (its accumulators live in arrays)
+COLUMN_BLOCK = 4096  # most kept-dim points per block of a column reduction (accumulators live in arrays)
+COLUMN_BLOCK_BYTES = 32 * 1024  # most bytes of a column block's accumulator arrays (on the stack)
+COLUMN_MIN_BLOCK = 16  # narrowest block when blocks are narrowed for threads (two AVX2 float vectors)
 
 
 def ctype(dtype: str) -> str:
@@ -413,10 +422,8 @@ class _KernelGen(KernelGenState):
             stages.setdefault(kn.stage, []).append((pre, in_loop, after))
         xnumel, rnumel = self.hint(k.numel), self.hint(k.rnumel)
         split = bool(k.rsizes) and rnumel >= SPLIT_REDUCTION_MIN and xnumel < self.threads
-        # (later stages without a loop of their own only read the reduction's results)
-        later = [n for stage in sorted(stages)[1:] for n in stages[stage]]
-        if not split and not any(in_loop for _, in_loop, _ in later) and self._reads_columns():
-            return self._column_function(xs, rs, stages[min(stages)], later)
+        if not split and self._reads_columns():
+            return self._column_function(xs, rs, [stages[stage] for stage in sorted(stages)])
         if not split:
             for a in self.accumulators:
                 if a.welford is not None or a.plain_sum is not None:
@@ -492,7 +499,9 @@ class _KernelGen(KernelGenState):
 
     def _reads_columns(self) -> bool:
         """Whether this reduction's memory runs along the innermost kept dim rather than the
-        innermost reduced one: some access is contiguous in ``x`` (last) and none in ``r`` (last)."""
+        innermost reduced one: some access is contiguous in ``x`` (last) and none in ``r`` (last).
+        An access that ``x`` does not move (a per-row mean or scale of a layer-norm weight
+        gradient) is one value per reduction step for a whole block, so it does not count."""
         k = self.kernel
         if not k.rsizes or not k.xsizes:
             return False
@@ -502,50 +511,43 @@ class _KernelGen(KernelGenState):
             index = sympy.sympify(index)
             if not any(s.name in self.rnames for s in index.free_symbols):
                 continue  # read once per kept point, whatever the loop order
+            if _step(index, x, self.hint) == 0:
+                continue  # read once per reduction step, whatever the loop order
             if _step(index, r, self.hint) == 1:
                 along_r += 1
             elif _step(index, x, self.hint) == 1:
                 along_x += 1
         return along_x > 0 and along_r == 0
 
-    def _column_function(self, xs, rs, nodes, later) -> KernelSource:
-        """The kernel with the innermost kept dim in blocks, the reduction loop over each block
-        and an ``omp simd`` loop over the block's points inside it (see the module docstring).
-        ``nodes``: the first stage's (before, in loop, after) values per node; ``later``: those
-        of later stages, which have nothing in a loop. What the reduction loop needs that does
-        not change along it (a mask of a concatenation, a per-column scale) is computed once per
-        point before it, into an array; the loop after the reduction recomputes what it needs."""
+    def _column_function(self, xs, rs, stages) -> KernelSource:
+        """The kernel with the innermost kept dim in blocks: for each block, every stage's loop
+        over ``r`` runs outside and an ``omp simd`` loop over the block's points inside it (see
+        the module docstring), so each load of each loop reads consecutive addresses.
+        ``stages``: per stage, the (before, in loop, after) values of its nodes. Around each
+        loop, a loop over the block's points computes once per point what comes after a
+        reduction (its result, its stores) and what the next loop needs that does not change
+        along ``r`` (a per-channel scale of batch norm's backward, a mask of a concatenation),
+        into arrays that loop reads. A later loop recomputes what it needs of an earlier one."""
         k = self.kernel
         nx = len(xs)
         last, extent = f"x{nx - 1}", xs[-1]
         width = self._column_block()
-        arrays, restore = [], []
+        if extent.isdigit():
+            width = min(width, int(extent))  # (fewer columns than a block: one block of them all)
+        arrays: list[str] = []
+        restore: dict[_Acc, str] = {}
         for a in self.accumulators:
             if a.plain_sum is not None:
                 t, value = a.plain_sum
                 a.add_stmt.decl = f"{a.name}_col[fc_i] += ({t})({value.name});"
                 arrays += [f"{t} {a.name}_col[{width}];",
                            f"for (int64_t fc_i = 0; fc_i < {width}; fc_i++) {a.name}_col[fc_i] = 0;"]
-                restore.append(f"{a.decl_type} {a.name}; {a.name}.v = {a.name}_col[fc_i];")
+                restore[a] = f"{a.decl_type} {a.name}; {a.name}.v = {a.name}_col[fc_i];"
             else:
                 # (Welford included: its online update is exact enough, and here it vectorises)
                 a.add_stmt.decl = a.add_stmt.decl.replace(f"{a.name}.add(", f"{a.name}_col[fc_i].add(", 1)
                 arrays.append(f"{a.decl_type} {a.name}_col[{width}];")
-                restore.append(f"{a.decl_type} {a.name} = {a.name}_col[fc_i];")
-        pre, loop, epilogue = _Scope([]), _Scope([]), _Scope([])
-        kept: list[_Val] = []  # values the reduction loop reads per point from an array
-        for before, in_loop, after in nodes:
-            for v in before:
-                _place(v, pre)
-            for v in in_loop:
-                _place_in_column_loop(v, loop, pre, kept)
-            for v in after:
-                _place(v, epilogue)
-        pre.lines += [f"{v.name}_col[fc_i] = {v.name};" for v in kept]
-        arrays += [f"{v.ctype} {v.name}_col[{width}];" for v in kept]
-        for before, _, after in later:
-            for v in before + after:
-                _place(v, epilogue)
+                restore[a] = f"{a.decl_type} {a.name} = {a.name}_col[fc_i];"
         point = [f"const int64_t {last} = fc_xb + fc_i;"]
 
         def over_block(lines: list[str], simd: bool = False) -> list[str]:
@@ -553,11 +555,36 @@ class _KernelGen(KernelGenState):
             return head + ["for (int64_t fc_i = 0; fc_i < fc_xn; fc_i++) {"] + _indent(point + lines) + ["}"]
 
         rheads = [f"for (int64_t r{d} = 0; r{d} < {rs[d]}; r{d}++) {{" for d in range(len(rs))]
-        block = [f"const int64_t fc_xn = ({extent}) - fc_xb < {width} ? ({extent}) - fc_xb : {width};"] + arrays
-        if pre.lines:
-            block += over_block(pre.lines)
-        block += rheads + _indent(over_block(loop.lines, simd=True)) + ["}"] * len(rheads)
-        block += over_block(restore + epilogue.lines)
+        if extent.isdigit() and int(extent) % width == 0:
+            block = [f"const int64_t fc_xn = {width};"]  # (a constant trip count: no remainder loop)
+        else:
+            block = [f"const int64_t fc_xn = ({extent}) - fc_xb < {width} ? ({extent}) - fc_xb : {width};"]
+        block += arrays
+        kept: dict[_Val, None] = {}  # values some loop reads per point from an array
+        done: list[_Acc] = []  # accumulators whose loop has run: each per-point scope restores them
+        points = _Scope([])
+        for nodes in stages:
+            loop, needed = _Scope([]), []
+            for before, _, _ in nodes:
+                for v in before:
+                    _place(v, points)
+            for _, in_loop, _ in nodes:
+                for v in in_loop:
+                    _place_in_column_loop(v, loop, points, needed)
+            points.lines += [f"{v.name}_col[fc_i] = {v.name};" for v in needed]
+            kept.update(dict.fromkeys(needed))
+            if loop.lines:
+                if points.lines:
+                    block += over_block([restore[a] for a in done] + points.lines)
+                block += rheads + _indent(over_block(loop.lines, simd=True)) + ["}"] * len(rheads)
+                done += [a for a in self.accumulators if a.add_stmt in loop.seen]
+                points = _Scope([])
+            for _, _, after in nodes:
+                for v in after:
+                    _place(v, points)
+        if points.lines:
+            block += over_block([restore[a] for a in done] + points.lines)
+        block[1:1] = [f"{v.ctype} {v.name}_col[{width}];" for v in kept]
         heads = [f"for (int64_t x{d} = 0; x{d} < {xs[d]}; x{d}++) {{" for d in range(nx - 1)]
         heads.append(f"for (int64_t fc_xb = 0; fc_xb < {extent}; fc_xb += {width}) {{")
         body = []
@@ -566,19 +593,49 @@ class _KernelGen(KernelGenState):
             body.append(f"#pragma omp parallel for collapse({nx})")
         elif not work.is_Integer:
             body.append(f"#pragma omp parallel for collapse({nx}) if({self.index(work)} >= {PARALLEL_MIN_WORK})")
+        if body and self._few_column_blocks(width):
+            body[:0] = self._narrowed_block(xs, width, work)
+            heads[-1] = f"for (int64_t fc_xb = 0; fc_xb < {extent}; fc_xb += fc_w) {{"
+            block[0] = f"const int64_t fc_xn = ({extent}) - fc_xb < fc_w ? ({extent}) - fc_xb : fc_w;"
         body += heads + _indent(block) + ["}"] * nx
         return self._source(body)
 
     def _column_block(self) -> int:
-        """Points per block: :data:`COLUMN_BLOCK`, halved (down to 16) while there are fewer
-        blocks than threads, so that a few wide columns still keep every thread busy."""
+        """Points per block (the size of its accumulator arrays): the whole kept dim, at its
+        hint, rounded up to :data:`COLUMN_MIN_BLOCK`, within :data:`COLUMN_BLOCK` points and
+        :data:`COLUMN_BLOCK_BYTES` of accumulators."""
+        per_point = sum(_accumulator_bytes(a) for a in self.accumulators) or 1
+        fits = max(COLUMN_MIN_BLOCK, COLUMN_BLOCK_BYTES // per_point // COLUMN_MIN_BLOCK * COLUMN_MIN_BLOCK)
+        extent = -(-self.hint(self.kernel.xsizes[-1]) // COLUMN_MIN_BLOCK) * COLUMN_MIN_BLOCK
+        return max(COLUMN_MIN_BLOCK, min(COLUMN_BLOCK, fits, extent))
+
+    def _few_column_blocks(self, width: int) -> bool:
+        """Whether blocks of ``width`` points may leave threads idle (fewer blocks than the
+        threads planned for, at the size hints): then the width is chosen again at run time."""
         k = self.kernel
-        width = COLUMN_BLOCK
         outer = self.hint(sympy.Mul(*k.xsizes[:-1]))
-        extent = self.hint(k.xsizes[-1])
-        while width > 16 and outer * -(-extent // width) < self.threads:
-            width //= 2
-        return width
+        return outer * -(-self.hint(k.xsizes[-1]) // width) < self.threads
+
+    def _narrowed_block(self, xs: list[str], width: int, work: sympy.Expr) -> list[str]:
+        """C++ that sets ``fc_w``, the points per block: ``width``, or where that gives fewer
+        blocks than OpenMP has threads, each row's share of one thread (down to
+        :data:`COLUMN_MIN_BLOCK`). With one thread the blocks stay whole rows."""
+        outer = " * ".join(f"({x})" for x in xs[:-1]) or "1"
+        extent = xs[-1]
+        parallel = "" if work.is_Integer else f" && ({self.index(work)}) >= {PARALLEL_MIN_WORK}"
+        m = COLUMN_MIN_BLOCK
+        return [
+            f"int64_t fc_w = {width};",
+            "{",
+            "  const int64_t fc_nt = omp_get_max_threads();",
+            f"  const int64_t fc_outer = {outer};",
+            f"  if (fc_outer * ((({extent}) + {width} - 1) / {width}) < fc_nt{parallel}) {{",
+            "    const int64_t fc_pieces = (fc_nt + fc_outer - 1) / fc_outer;  // blocks per row",
+            f"    fc_w = ((({extent}) + fc_pieces - 1) / fc_pieces + {m - 1}) / {m} * {m};",
+            f"    fc_w = fc_w < {m} ? {m} : (fc_w > {width} ? {width} : fc_w);",
+            "  }",
+            "}",
+        ]
 
     def _welford_second_pass(self, accs: list[_Acc], head, tail, rs, outer: _Scope) -> None:
         """Mean from the first loop's sums, then a second loop summing squared deviations: two
@@ -670,13 +727,30 @@ def _step(index: sympy.Expr, var: sympy.Symbol, hint: Callable[[sympy.Expr], int
     return seen.pop() if len(seen) == 1 else None
 
 
+def _accumulator_bytes(acc: _Acc) -> int:
+    """Bytes one point of ``acc`` takes in a column block's array (its accumulator struct:
+    Welford keeps three values, argmax/argmin a value and an index)."""
+    if acc.plain_sum is not None:
+        return _CTYPE_BYTES.get(acc.plain_sum[0], 8)
+    of = _CTYPE_BYTES.get(acc.decl_type[acc.decl_type.find("<") + 1:-1], 8)
+    if acc.decl_type.startswith("fc_welford_acc"):
+        return 3 * of
+    if acc.decl_type.startswith(("fc_argmax_acc", "fc_argmin_acc")):
+        return 16
+    return of
+
+
+_CTYPE_BYTES = {"float": 4, "double": 8, "bool": 1, "uint8_t": 1, "int8_t": 1, "int16_t": 2, "int32_t": 4,
+                "int64_t": 8}
+
+
 def _place_in_column_loop(v: _Val, loop: _Scope, before: _Scope, kept: list[_Val]) -> None:
     """Declare ``v`` in the reduction loop of a column kernel: a value that does not change
     along the reduction (and is not a constant) is computed in ``before``, once per point, and
     read back from its array (listed in ``kept``)."""
     if loop.visible(v):
         return
-    if not v.in_loop() and v.deps:
+    if not v.in_loop() and (v.deps or v.acc is not None):  # (an earlier loop's result too)
         _place(v, before)
         kept.append(v)
         loop.lines.append(f"{v.ctype} {v.name} = {v.name}_col[fc_i];")

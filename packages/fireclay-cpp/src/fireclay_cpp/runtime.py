@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -60,8 +61,76 @@ def out_argument(name: str) -> str | None:
 
 
 def out_op(name: str) -> Callable:
+    binding = _binding(name)
+    if binding is not None:  # its out= keyword selects the out overload
+        return binding
     namespace, rest = name.split("::", 1)
     return getattr(getattr(torch.ops, namespace), rest.partition(".")[0]).out
+
+
+def extern_op(name: str) -> Callable:
+    """What a wrapper calls for the aten op ``name``: torch's own Python function where it is
+    known to take the same arguments and select this overload (a direct call, 2-5 µs cheaper
+    than an operator overload's boxed call, which counts in programs of small matmuls), else
+    the overload itself."""
+    return _binding(name) or aten_op(name)
+
+
+# Ops whose ``torch.<name>`` function takes the overload's arguments (positional and keyword)
+# and resolves to it, with ``out=`` to its out overload. Listed, not guessed: a Python function
+# of the same name may bind another overload (Scalar forms) or be a Python wrapper.
+_BOUND = {"aten::mm.default", "aten::addmm.default", "aten::bmm.default", "aten::baddbmm.default",
+          "aten::_scaled_dot_product_flash_attention_for_cpu.default"}
+
+
+def _binding(name: str) -> Callable | None:
+    if name not in _BOUND:
+        return None
+    fn = getattr(torch, name.split("::", 1)[1].partition(".")[0], None)
+    return fn if isinstance(fn, types.BuiltinFunctionType) else None
+
+
+def returns_one_tensor(name: str) -> bool:
+    """Whether the aten op ``name`` returns exactly one tensor (not a tuple or list)."""
+    try:
+        returns = aten_op(name)._schema.returns
+    except (CppBackendError, AttributeError):
+        return False
+    return len(returns) == 1 and str(returns[0].type) == "Tensor"
+
+
+def may_alias_argument(name: str) -> bool:
+    """Whether a result of the aten op ``name`` may share memory with an argument: its schema
+    annotates a return as an alias (``Tensor(a)``, a view); an op unknown here may."""
+    try:
+        returns = aten_op(name)._schema.returns
+    except (CppBackendError, AttributeError):
+        return True
+    return any(r.alias_info is not None for r in returns)
+
+
+_LINEAR_OUT: list[Callable | None] = []  # the answer of linear_out(), once known
+
+
+def linear_out() -> Callable | None:
+    """``torch.nn.functional.linear`` when it takes ``out=`` and gives what ``addmm(bias, x,
+    w.t())`` and ``mm(x, w.t())`` give, bit for bit (it makes the transposed view in C++, where
+    a wrapper would make a Python tensor per call); else None. Decided once per process by
+    trying it; a try that fails (under a tensor mode that cannot compare values) decides nothing."""
+    if _LINEAR_OUT:
+        return _LINEAR_OUT[0]
+    linear = torch.nn.functional.linear
+    try:
+        x, w, b = (torch.arange(n, dtype=torch.float32).reshape(shape).sin()
+                   for n, shape in ((6, (2, 3)), (12, (4, 3)), (4, (4,))))
+        got, got_mm = torch.empty(2, 4), torch.empty(2, 4)
+        linear(x, w, b, out=got)
+        linear(x, w, None, out=got_mm)
+        same = torch.equal(got, torch.addmm(b, x, w.t())) and torch.equal(got_mm, torch.mm(x, w.t()))
+    except (TypeError, RuntimeError):
+        return None
+    _LINEAR_OUT.append(linear if same else None)
+    return _LINEAR_OUT[0]
 
 
 def bind_run(lib: ctypes.CDLL, name: str) -> Callable:

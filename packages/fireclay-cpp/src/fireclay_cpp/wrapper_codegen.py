@@ -6,12 +6,19 @@ entry ``runN(const int64_t* args)`` that calls them in order, so Python enters C
 (once per call when the program has no extern ops). ``args`` packs every pointer and size the
 run needs in one array; a buffer's address is a slot of it, or the arena's slot plus a constant.
 
-Memory: intermediates of static size live in one *arena*, one allocation per call, at offsets
-packed by lifetime (two buffers share bytes only if no step uses both), so the arena is about
-the program's peak of live intermediates. Extern ops write into the arena through their ``out=``
-overload where they have one. Outputs are tensors of their own; intermediates of symbolic size
-follow the memory plan's allocations. Every buffer is addressed by its index 0 (the origin of
-its index expressions); views for extern calls and outputs are ``as_strided`` of that origin.
+Memory: intermediates of static size live in one *arena*, at offsets packed by lifetime (two
+buffers share bytes only if no step uses both), so the arena is about the program's peak of live
+intermediates. Extern ops write into the arena through their ``out=`` overload where they have
+one. Outputs are tensors of their own; intermediates of symbolic size follow the memory plan's
+allocations. Every buffer is addressed by its index 0 (the origin of its index expressions);
+views for extern calls and outputs are ``as_strided`` of that origin.
+
+The arena and every static view of it form a *workspace*, made by the generated
+``new_workspace()`` (one tensor per distinct view, not one per use). A program whose arena is
+small (``Config.keep_arena_bytes``) keeps its workspace for the next call: making a tensor costs
+about 1-2 µs, as much as a small kernel. A call takes the kept workspace (or makes one when
+another call holds it, from another thread) and gives it back when it returns, unless an output
+shares its memory (an extern op that returned a view of its input).
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import sympy
 
 from fireclay_cpp.errors import CodegenError
 from fireclay_cpp.prelude import CTYPES
-from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram
+from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram, TensorArg
 from fireclay_loops.codegen_support import WrapperText, py_expr, py_shape
 
 ARENA_ALIGN = 64  # bytes: each arena buffer starts on a cache line (and any dtype's alignment)
@@ -79,8 +86,9 @@ def pack_arena(sizes: dict[str, int], lifetimes: dict[str, tuple[int, int]]) -> 
 
 class _Gen:
     def __init__(self, scheduled: ScheduledProgram, kernel_args: dict[str, tuple[list[str], list[str]]],
-                 library_of: dict[str, int], has_out: Any):
+                 library_of: dict[str, int], has_out: Any, externs: ExternCalls):
         self.scheduled = scheduled
+        self.externs = externs
         self.prog = scheduled.program
         self.plan = scheduled.plan
         self.kernel_args = kernel_args
@@ -106,9 +114,13 @@ class _Gen:
         self.outputs = outputs
         # Buffers some code touches (a kernel may recompute a buffer instead of storing it).
         used = set(outputs) | {b for args, _ in kernel_args.values() for b in args}
+        read = set(used)
         for step in steps:
             if isinstance(step, ExternNode):
                 used.update(step.read_buffers(), step.write_buffers())
+                read.update(step.read_buffers())
+        # Extern results nothing reads (attention's log-sum-exp in inference): never bound.
+        self.unread = {b for b in self.bound_results if b not in read}
         sizes, lifetimes = {}, {}
         for b in plan.buffer_allocation:
             buf = prog.buffers[b]
@@ -126,7 +138,11 @@ class _Gen:
         # ... of which those typed into the plan's shared allocations (symbolic sizes).
         self.in_mems = {b for b in self.own if b not in outputs and b not in self.bound_results
                         and not sympy.sympify(plan.allocations[plan.buffer_allocation[b]].nbytes).is_Integer}
-        self.typed_arena: set[str] = set()  # dtypes whose view of the arena is bound
+        self.typed_arena: dict[str, None] = {}  # dtypes whose view of the arena the workspace holds
+        self.arena_views: dict[str, str] = {}  # view expression -> its variable in the workspace
+        self.call_views: dict[str, str] = {}  # view expression -> the local holding it this call
+        self.views_of: dict[str, list[str]] = {}  # buffer -> locals viewing it (deleted with it)
+        self.keep_arena = 0 < self.w.arena_bytes <= externs.keep_arena_bytes
         self.mems: set[str] = set()
 
     def _static_nbytes(self, b: str) -> int | None:
@@ -146,14 +162,15 @@ class _Gen:
             if buf.offset != 0:
                 w.line(slow)
                 continue
-            # Fast path: the layout compiled for; otherwise as_base checks, explains or copies.
+            # Fast path: the layout compiled for (a row-major one by the tensor's own flag: the
+            # strides of extent-1 dims, which it ignores, address nothing); otherwise as_base
+            # checks, explains or copies. Kernels take data_ptr(), so any storage offset will do.
+            layout = f"{name}.is_contiguous()" if _row_major(buf.size, buf.stride) else f"{name}.stride() == {stride}"
             w.line(f"if not (type({name}) in tensor_types and {name}.dtype is torch.{buf.dtype} and {name}.is_cpu "
-                   f"and {name}.shape == {size} and {name}.stride() == {stride} and {name}.storage_offset() == 0):")
+                   f"and {name}.shape == {size} and {layout}):")
             w.line(slow, 2)
         w.line("nthreads = get_num_threads()")
-        if w.arena_bytes:
-            w.line(f"arena = torch.empty({w.arena_bytes}, dtype=torch.uint8)")
-            w.line("arena_ptr = arena.data_ptr()")
+        workspace_at = len(w.lines)  # its lines go here once every view of the arena is known
         steps = self.scheduled.steps
         k = 0
         while k < len(steps):
@@ -176,7 +193,32 @@ class _Gen:
                 self._free(j)
             k = run[-1] + 1
         self._return()
+        if w.arena_bytes:
+            w.lines[workspace_at:workspace_at] = self._take_workspace()
+            w.lines += self._workspace_function()
         return w
+
+    def _workspace_names(self) -> list[str]:
+        return (["arena", "arena_ptr"] + [f"arena_{dtype}" for dtype in self.typed_arena]
+                + list(self.arena_views.values()))
+
+    def _take_workspace(self) -> list[str]:
+        names = ", ".join(self._workspace_names())
+        if not self.keep_arena:
+            return [f"    {names} = new_workspace()"]
+        return ["    ws = workspaces.pop() if workspaces else new_workspace()", f"    {names} = ws"]
+
+    def _workspace_function(self) -> list[str]:
+        """``new_workspace()``: the arena, its address, and its views. A kept workspace is made
+        outside inference mode, so that later calls in normal mode may write into it."""
+        body = [f"arena = torch.empty({self.w.arena_bytes}, dtype=torch.uint8)"]
+        body += [f"arena_{dtype} = arena.view(torch.{dtype})" for dtype in self.typed_arena]
+        body.append("return (" + ", ".join(["arena", "arena.data_ptr()"] + [f"arena_{dtype}" for dtype in self.typed_arena]
+                                          + list(self.arena_views)) + ",)")
+        if not self.keep_arena:
+            return ["", "def new_workspace():"] + ["    " + line for line in body]
+        return (["", "def new_workspace():", "    with torch.inference_mode(False):"]
+                + ["        " + line for line in body])
 
     def _allocate(self, k: int) -> None:
         prog, plan, w = self.prog, self.plan, self.w
@@ -201,51 +243,114 @@ class _Gen:
 
     def _free(self, k: int) -> None:
         for b in self.plan.free_after.get(k, []):
-            if b in self.own and b not in self.outputs:
-                self.w.line(f"del {b}")
+            if b in self.own and b not in self.outputs and b not in self.unread:
+                self.w.line(f"del {', '.join([b] + self.views_of.pop(b, []))}")
 
     def _view(self, b: str, size, stride, offset) -> str:
-        """A tensor expression for a strided view of buffer ``b`` (at its index 0 + ``offset``)."""
+        """A tensor expression for a strided view of buffer ``b`` (at its index 0 + ``offset``):
+        the buffer itself, a workspace view, or a view made once per call into a local."""
+        text, made = self._view_text(b, size, stride, offset)
+        if not made:
+            return text
+        if text not in self.call_views:
+            var = self.call_views[text] = f"v{len(self.call_views)}"
+            self.views_of.setdefault(b, []).append(var)
+            self.w.line(f"{var} = {text}")
+        return self.call_views[text]
+
+    def _view_text(self, b: str, size, stride, offset) -> tuple[str, bool]:
+        """The expression of a view of ``b``, and whether it makes a tensor per call."""
         if b in self.arena:
             dtype = self.prog.buffers[b].dtype
-            var = f"arena_{dtype}"
-            if dtype not in self.typed_arena:
-                self.w.line(f"{var} = arena.view(torch.{dtype})")
-                self.typed_arena.add(dtype)
-            start = self.arena[b] // _ITEMSIZE[dtype]
-            return f"{var}.as_strided({py_shape(size)}, {py_shape(stride)}, {py_expr(sympy.sympify(offset) + start)})"
+            self.typed_arena[dtype] = None
+            start = sympy.sympify(offset) + self.arena[b] // _ITEMSIZE[dtype]
+            text = f"arena_{dtype}.as_strided({py_shape(size)}, {py_shape(stride)}, {py_expr(start)})"
+            if not all(sympy.sympify(x).is_Integer for x in (*size, *stride, start)):
+                return text, True  # a symbolic view
+            if text not in self.arena_views:
+                self.arena_views[text] = f"ws{len(self.arena_views)}"
+            return self.arena_views[text], False
         buf = self.prog.buffers[b]
-        if (buf.offset == 0 and offset == 0 and list(size) == list(buf.size) and list(stride) == list(buf.stride)
-                and b not in self.in_mems):
-            return b  # the base tensor has this layout already
-        return f"view({b}, {py_shape(size)}, {py_shape(stride)}, {py_expr(offset)})"
+        if b not in self.in_mems and buf.offset == 0 and offset == 0:
+            if list(size) == list(buf.size) and list(stride) == list(buf.stride):
+                return b, False  # the base tensor has this layout already
+            if _row_major(size, stride) and _row_major(buf.size, buf.stride) and _numel(size) == _numel(buf.size):
+                # another shape of the whole row-major buffer: Tensor.view is cheaper than as_strided
+                return f"{b}.view({py_shape(size)})", True
+        return f"view({b}, {py_shape(size)}, {py_shape(stride)}, {py_expr(offset)})", True
 
     def _extern_call(self, step: ExternNode) -> None:
         prog, w = self.prog, self.w
 
-        call_args = w.extern_args(step, lambda a: self._view(a.buffer, a.size, a.stride, a.offset))
         for b in step.outputs:
             if b not in prog.buffers:
                 raise CodegenError(f"extern call {step.name} writes {b}, which the program does not declare")
+        linear = self._linear_args(step)
+        if linear is not None:
+            fn, call_args = "linear", linear
+        else:
+            call_args = w.extern_args(step, lambda a: self._view(a.buffer, a.size, a.stride, a.offset))
         if step.name in self.out_name:
             b = step.outputs[0]
             buf = prog.buffers[b]
             out = self._view(b, buf.size, buf.stride, buf.offset)
-            fn = w.out_op(step.op)
+            fn = fn if linear is not None else w.out_op(step.op)
             w.line(f"{fn}({', '.join(call_args + [f'{self.out_name[step.name]}={out}'])})  # {step.kind} {step.name}")
             return
-        fn = w.op(step.op)
-        w.call_extern(fn, call_args, step)
+        fn = fn if linear is not None else w.op(step.op)
+        if step.result_positions() == [0] and (linear is not None or self.externs.returns_one_tensor(step.op)):
+            w.line(f"result = {fn}({', '.join(call_args)})  # {step.kind} {step.name}")
+            results = ["result"]
+        else:
+            w.call_extern(fn, call_args, step)
+            results = [f"results[{i}]" for i in range(max(step.result_positions(), default=-1) + 1)]
         for i, b in zip(step.result_positions(), step.outputs):
             buf = prog.buffers[b]
+            if b in self.unread:
+                continue
             if b in self.bound_results and buf.offset == 0:
-                w.line(f"{b} = conform(results[{i}], {py_shape(buf.size)}, {py_shape(buf.stride)})")
+                r, size, stride = results[i], py_shape(buf.size), py_shape(buf.stride)
+                # the common case (the library returned the planned layout) checked inline
+                w.line(f"{b} = {r} if {r}.stride() == {stride} and {r}.shape == {size} else conform({r}, {size}, {stride})")
             else:
                 if b in self.bound_results:
                     w.line(f"{b} = torch.empty({py_expr(buf.storage_numel)}, dtype=torch.{buf.dtype})")
-                w.line(f"{self._view(b, buf.size, buf.stride, buf.offset)}.copy_(results[{i}])")
+                w.line(f"{self._view(b, buf.size, buf.stride, buf.offset)}.copy_({results[i]})")
+
+    def _linear_args(self, step: ExternNode) -> list[str] | None:
+        """``linear(x, w, bias)`` arguments for ``addmm(bias, x, m)`` / ``mm(x, m)`` whose ``m`` is
+        the transpose of a row-major matrix ``w`` the wrapper holds as a tensor (a weight): the
+        same BLAS call, with the transposed view made in C++ instead of as a Python tensor."""
+        if not self.externs.linear_out or step.kwargs:
+            return None
+        if step.op == "aten::addmm.default" and len(step.args) == 3:
+            bias, x, m = step.args
+        elif step.op == "aten::mm.default" and len(step.args) == 2:
+            bias, (x, m) = None, step.args
+        else:
+            return None
+        tensors = (x, m) if bias is None else (x, m, bias)
+        if not all(isinstance(a, TensorArg) for a in tensors) or len(m.size) != 2:
+            return None
+        k, n = (sympy.sympify(d) for d in m.size)
+        if not (k.is_Integer and n.is_Integer) or [sympy.sympify(d) for d in m.stride] != [1, k]:
+            return None
+        if self._view_text(m.buffer, (n, k), (k, 1), m.offset)[1]:
+            return None  # a view made per call either way: nothing to gain
+        weight = self._view(m.buffer, (n, k), (k, 1), m.offset)
+        args = [self._view(x.buffer, x.size, x.stride, x.offset), weight]
+        return args + ([self._view(bias.buffer, bias.size, bias.stride, bias.offset)] if bias is not None else [])
 
     def _return(self) -> None:
+        if self.keep_arena:
+            # An output that shares the arena's memory keeps the workspace: it is not reused.
+            # Only a library result that may view an argument can (one whose op says so).
+            made_by = {b: s.op for s in self.scheduled.steps if isinstance(s, ExternNode) for b in s.outputs}
+            shared = [f" and {o}.untyped_storage().data_ptr() != arena_ptr" for o in self.prog.outputs
+                      if not isinstance(o, Constant) and o in self.bound_results
+                      and self.externs.may_alias_argument(made_by[o])]
+            self.w.line(f"if not workspaces{''.join(shared)}:")
+            self.w.line("workspaces.append(ws)", 2)
         outs = []
         for o in self.prog.outputs:
             if isinstance(o, Constant):
@@ -299,11 +404,40 @@ class _Gen:
         return f"{b}.data_ptr()"
 
 
+def _numel(size) -> sympy.Expr:
+    return sympy.Mul(*[sympy.sympify(n) for n in size])
+
+
+def _row_major(size, stride) -> bool:
+    """Whether static ``stride`` is the row-major (contiguous) stride of static ``size``."""
+    expected = 1
+    for n, st in zip(reversed(list(size)), reversed(list(stride))):
+        n, st = sympy.sympify(n), sympy.sympify(st)
+        if not (n.is_Integer and st.is_Integer) or int(st) != expected:
+            return False
+        expected *= max(int(n), 1)
+    return True
+
+
+@dataclass
+class ExternCalls:
+    """What the wrapper may assume about calling torch (the caller, which has torch, knows):
+    which ops return one tensor rather than a tuple, whether ``linear(x, w, bias, out=...)`` (the
+    namespace's ``linear``) may stand for a matmul with a transposed weight, the largest arena a
+    program keeps between calls, and which ops may return a view of an argument."""
+
+    returns_one_tensor: Any = lambda op: False
+    linear_out: bool = False
+    keep_arena_bytes: int = 0
+    may_alias_argument: Any = lambda op: True
+
+
 def generate_wrapper(scheduled: ScheduledProgram, kernel_args: dict[str, tuple[list[str], list[str]]],
-                     library_of: dict[str, int] | None = None, has_out: Any = None) -> WrapperSource:
+                     library_of: dict[str, int] | None = None, has_out: Any = None,
+                     externs: ExternCalls | None = None) -> WrapperSource:
     """``kernel_args`` maps each kernel to its (buffer, symbol) arguments, in order;
     ``library_of`` each kernel to the library holding it (default: all in one); ``has_out`` an
     aten op name to the name of its single ``out=`` argument, or None where it has none."""
     library_of = library_of or {k: 0 for k in kernel_args}
-    return _Gen(scheduled, kernel_args, library_of, has_out or (lambda op: None)).generate()
+    return _Gen(scheduled, kernel_args, library_of, has_out or (lambda op: None), externs or ExternCalls()).generate()
 

@@ -24,13 +24,15 @@ UNBOUNDED = ValueRange()
 NONNEGATIVE = ValueRange(0, math.inf)
 
 
-def to_scheduled(program: Any) -> ScheduledProgram:
-    """An aten-dialect ``fireclay_ir.Program``, a ``LoopProgram`` or a ``ScheduledProgram``, scheduled."""
+def to_scheduled(program: Any, **schedule_options: Any) -> ScheduledProgram:
+    """An aten-dialect ``fireclay_ir.Program``, a ``LoopProgram`` or a ``ScheduledProgram``,
+    scheduled (``schedule_options`` go to :func:`~fireclay_loops.schedule`; a program already
+    scheduled is taken as it is)."""
     if isinstance(program, ScheduledProgram):
         return program
     if isinstance(program, LoopProgram):
-        return schedule(program)
-    return schedule(lower(program))
+        return schedule(program, **schedule_options)
+    return schedule(lower(program), **schedule_options)
 
 
 def py_expr(e: Any) -> str:

@@ -2,7 +2,10 @@
 
 Passes, in order (:func:`schedule`):
 
-0. ``inline_pointwise``  — recompute cheap pointwise producers inside consumers that read them
+0. ``split_scalar_reductions`` — for a GPU (``config.split_reductions``), a reduction to a
+   scalar of what a row kernel computes becomes per-row partials that kernel can take
+   (:mod:`fireclay_loops.long_reductions`);
+   ``inline_pointwise``  — recompute cheap pointwise producers inside consumers that read them
    at another index (:mod:`fireclay_loops.inline`);
 1. ``initial_groups``    — one candidate kernel per pointwise/reduction node;
 2. ``fuse``              — greedy fusion, best score first, until nothing changes:
@@ -10,7 +13,8 @@ Passes, in order (:func:`schedule`):
    horizontal (independent nodes that read the same buffers over the same iteration space);
    legal only if no cycle appears, the iteration spaces agree, and every buffer passed between
    the two is read at exactly the index it is written (read/write index analysis); profitable
-   only if memory traffic is saved (the score, in bytes);
+   only if memory traffic is saved (the score, in bytes); for a GPU, never an epilogue inside
+   the loop of a reduction with few outputs (it could not be split over programs);
 3. ``order_steps``       — topological order of kernels and extern calls;
 4. ``finish_kernels``    — reduction-loop stages and internal (never stored) buffers, then
    adjacent loops every index walks as one merged (:mod:`fireclay_loops.merge_loops`,
@@ -32,6 +36,7 @@ from fireclay_loops import exprs
 from fireclay_loops.config import config
 from fireclay_loops.ir import ComputeNode, ExternNode, LoopProgram
 from fireclay_loops.kernel import Kernel, KernelNode
+from fireclay_loops.long_reductions import epilogue_in_loop, recompute_for_epilogue
 from fireclay_loops.merge_loops import merge_kernel_loops
 
 
@@ -96,6 +101,7 @@ class FusionState:
     externs: list[ExternNode]
     position: dict[str, int]
     decisions: list[Decision] = field(default_factory=list)
+    split_reductions: bool = False  # keep reductions with few outputs splittable (a GPU backend's wish)
 
 
 def single_group(n: ComputeNode, order: int) -> Group:
@@ -364,6 +370,13 @@ def fuse(state: FusionState) -> None:
                     state.decisions.append(Decision("keep apart", a.name, b.name, kind, "no memory traffic saved"))
                 continue
             merged, reason = try_fuse(state, a, b, graph)
+            late = epilogue_in_loop(merged) if merged is not None and state.split_reductions else None
+            if late is not None:  # a GPU splits this reduction: its epilogue gets a kernel of its own
+                merged, reason = None, late
+                if recompute_for_epilogue(state, a, b):
+                    used |= {a.name, b.name}
+                    graph = StepGraph(state)
+                    changed = True
             if merged is None:
                 if key not in tried:
                     tried.add(key)
@@ -478,20 +491,34 @@ def finish_kernels(program: LoopProgram, steps: list[Group | ExternNode]) -> lis
     return out
 
 
-def schedule(program: LoopProgram, *, fusion: bool | None = None):
+def splits_reductions(program: LoopProgram) -> bool:
+    """Whether ``program`` runs on a device type of ``config.split_reductions``."""
+    devices = {b.device.split(":")[0] for b in program.buffers.values()}
+    return bool(devices & set(config.split_reductions))
+
+
+def schedule(program: LoopProgram, *, fusion: bool | None = None, split_reductions: bool | None = None):
     """Inline, fuse, order, plan memory and verify a lowered program (``fusion`` defaults to
-    ``config.fusion``; without fusion every node is a kernel of its own)."""
+    ``config.fusion``; without fusion every node is a kernel of its own). ``split_reductions``
+    keeps reductions with few outputs splittable over a GPU's programs
+    (:mod:`fireclay_loops.long_reductions`); None: when the program's device type is in
+    ``config.split_reductions``."""
     from fireclay_loops.inline import inline_pointwise
+    from fireclay_loops.long_reductions import split_scalar_reductions
     from fireclay_loops.memory import plan_memory
     from fireclay_loops.report import ScheduledProgram
     from fireclay_loops.verify import verify_schedule
 
     fusing = config.fusion if fusion is None else fusion
+    splitting = fusing and (splits_reductions(program) if split_reductions is None else split_reductions)
     decisions: list[Decision] = []
+    if splitting:
+        program = split_scalar_reductions(program, decisions)  # partials a row kernel takes
     if fusing:
         program = inline_pointwise(program, decisions)     # recompute cheap producers
     state = initial_groups(program)                         # one candidate kernel per node
     state.decisions = decisions
+    state.split_reductions = splitting
     if fusing:
         fuse(state)                                         # vertical and horizontal fusion
     steps = finish_kernels(program, order_steps(state))     # topological order, kernels

@@ -6,6 +6,10 @@ Entry point::
     outputs = compiled(*tensors)                                # a tuple of tensors
     compiled.dump("folder")                                     # kernels.py, wrapper.py, schedule.txt
 
+``compile_program(..., background=True)`` returns before the kernels are compiled: they compile
+on a background thread, ``compiled.ready()`` / ``compiled.wait()`` / ``compiled.compile_error``
+say when and whether it is usable, and ``wait_compiled()`` waits for every such compile
+(:mod:`fireclay_triton.background`).
 ``triton_backend`` is the same as a forward/backward compiler ``(program, inputs) -> callable``;
 ``cudagraphify(callable, example_inputs)`` runs any such callable through CUDA graphs
 (``mode="reduce-overhead"``; :mod:`fireclay_triton.cudagraphs`).
@@ -22,6 +26,7 @@ require_sibling("fireclay-triton", __version__, "fireclay_loops", "fireclay-loop
 
 from fireclay_triton.api import compile_program, generate_kernels, to_scheduled, triton_backend  # noqa: E402
 from fireclay_triton.autotune import LaunchConfig  # noqa: E402
+from fireclay_triton.background import wait_all as wait_compiled  # noqa: E402
 from fireclay_triton.config import Config, config  # noqa: E402
 from fireclay_triton.cudagraphs import CudaGraphed, cudagraphify  # noqa: E402
 from fireclay_triton.errors import CodegenError, InputError, TritonBackendError  # noqa: E402
@@ -31,4 +36,5 @@ from fireclay_triton.runtime import CompiledProgram  # noqa: E402
 __all__ = [
     "CodegenError", "CompiledProgram", "Config", "CudaGraphed", "InputError", "KernelSource", "LaunchConfig",
     "TritonBackendError", "compile_program", "config", "cudagraphify", "generate_kernels", "to_scheduled", "triton_backend",
+    "wait_compiled",
 ]

@@ -35,11 +35,11 @@ from fireclay_loops.codegen_support import KernelGenState
 from fireclay_shapes import triton_code
 from fireclay_triton.errors import CodegenError
 from fireclay_triton.prelude import BINARY_MATH, UNARY_MATH
+from fireclay_triton.split_reduction import SPLITTABLE, finisher_source, place_split_stage, split_result
 from fireclay_triton.tiling import (
     COLUMN_PERSISTENT_LIMIT,
     NotSplittable,
     few_long_rows,
-    finisher_source,
     reduces_columns,
     should_split,
     tiled_kernel,
@@ -91,7 +91,7 @@ class KernelSource:
     rnumel: sympy.Expr  # reduction points (1 for pointwise kernels)
     index64: bool
     columns: bool = False  # a reduction whose accesses are contiguous along the outer points
-    partials: int = 0  # split kernels: the reductions whose partial results go through the workspace
+    partials: int = 0  # split kernels: the workspace slots of partial results (per chunk and output)
     # the ``@triton.jit`` function's name in the kernel module: ``k`` + a digest of its text written
     # with a placeholder name. Arguments are positional (``ptr0``, ``ptr1``...), so kernels that do
     # the same work on different buffers (the layers of a model) are one function, compiled once,
@@ -167,9 +167,6 @@ class _TritonValues:
             return None
         ptr, deps, r, dims = self._pointer(buf, index)
         gen.use_buffer(buf, write=True)
-        if gen.split:
-            gen.split_store(ptr, deps, r, dtype, value)
-            return None
         gen.stored[(buf, ptr)] = self.to_dtype(value, dtype) if value.dtype != dtype else value
         mask = "xrmask" if r else "xmask"
         v = _Val("", f"tl.store({ptr}, {value.name}.to({tl_dtype(dtype)}), {mask})", deps + [value], dtype, dims,
@@ -404,8 +401,10 @@ class _KernelGen(KernelGenState):
         if self.split:
             self.kind = "split"
         self.looped = self.kind in ("looped", "split")
-        self.split_sums: set[_Val] = set()  # each sum result whose partials go to the workspace
-        self.split_stores: list[tuple[str, str]] = []  # (pointer text, dtype) of each stored sum, in order
+        self.slots = 0  # split kernels: workspace slots of partial results so far
+        self.split_partials: list[_Val] = []  # split kernels: this stage's partial results, after the loop
+        self.finisher: list[str] = []  # split kernels: the finisher's body
+        self.finisher_seen: set[_Val] = set()
         self.index64 = self._needs_index64()
 
     def _needs_index64(self) -> bool:
@@ -462,6 +461,8 @@ class _KernelGen(KernelGenState):
             if reduction_type in ("argmax", "argmin"):
                 return h._const("0", "int64")
             return h.to_dtype(value, dtype)
+        if self.split and (self.stage != 0 or reduction_type not in SPLITTABLE or dtype != "float32"):
+            raise NotSplittable(f"a {reduction_type} in {dtype} at stage {self.stage}")
         acc = self.fresh("acc")
         full = "[XBLOCK, RBLOCK]"
         xr = frozenset({"x", "r"})
@@ -524,9 +525,7 @@ class _KernelGen(KernelGenState):
             done.parts = [_Val(f"{res}_{p}", "", [done], dtype, frozenset({"x"}), False, self.stage)
                           for p in ("mean", "m2", "w")]
         else:
-            if self.split:
-                self._split_sum_check(reduction_type, dtype)
-            elif reduction_type == "sum" and self.kind == "looped" and _is_float(dtype):
+            if reduction_type == "sum" and self.kind == "looped" and _is_float(dtype):
                 found = self._online_softmax_source(value)
                 if found is not None:
                     return self._online_sum(dtype, *found)
@@ -549,29 +548,11 @@ class _KernelGen(KernelGenState):
             done = _Val(res, f"{res} = ({final})[:, None]", [update], dtype, frozenset({"x"}), False, self.stage)
             if reduction_type == "max" and self.kind == "looped" and _is_float(dtype):
                 self.max_results[done] = (value, self.stage)
-            if self.split:
-                self.split_sums.add(done)
+        if self.split:
+            done = split_result(self, reduction_type, dtype, done)
         self.roots.append(update)
         self.finals.append(done)
         return done
-
-    # -- split reductions: partial sums per chunk of the reduction, summed by a finisher kernel
-    def _split_sum_check(self, reduction_type: str, dtype: str) -> None:
-        if reduction_type != "sum" or dtype != "float32" or self.stage != 0:
-            raise NotSplittable(f"a {reduction_type} in {dtype} at stage {self.stage}")
-
-    def split_store(self, ptr: str, deps: list[_Val], r: bool, dtype: str, value: _Val) -> None:
-        """A split kernel stores only sum results, each at an index of the outer points alone;
-        it writes them as partials to the workspace and the finisher stores them."""
-        red = value
-        while red.op and red.op[0] == "to_dtype":
-            red = red.op[1]
-        if r or deps or red not in self.split_sums:
-            raise NotSplittable("a store of something other than a sum result")
-        k = len(self.split_stores)
-        self.split_stores.append((ptr, tl_dtype(dtype)))
-        self.roots.append(_Val("", f"tl.store(ws + (({k} * tl.num_programs(1) + tl.program_id(1)) * xnumel + xindex), "
-                                   f"{red.name}, xmask)", [red], "float32", frozenset({"x"}), False, red.post))
 
     # -- online softmax: sum(exp(a - max(a))) in the loop that computes max(a)
     def _canon(self, v: _Val) -> str:
@@ -669,6 +650,9 @@ class _KernelGen(KernelGenState):
         return self._function(main)
 
     def _place_stage(self, main: list[str], main_seen: set[_Val]) -> None:
+        if self.split:
+            place_split_stage(self, main, main_seen)
+            return
         looped = self.looped
         pre: list[str] = []
         loop: list[str] = [] if looped else pre
@@ -700,15 +684,7 @@ class _KernelGen(KernelGenState):
             main.extend(pre)
             return
         main.extend(pre)
-        if loop and self.split:  # this program's chunk of the reduction (grid axis 1)
-            start = len(main)
-            main.append("for roffset in range(0, rchunk, RBLOCK):")
-            rdefs = ["rindex = rstart + roffset + rbase", "rmask = (rindex < rnumel) & (roffset + rbase < rchunk)",
-                     "xrmask = xmask & rmask"]
-            rdefs += self._var_defs("r", "rindex")
-            main.extend("    " + ln for ln in rdefs + loop)
-            self.loop_marks[self.stage] = [start, len(main)]
-        elif loop:
+        if loop:
             start = len(main)
             main.append("for roffset in range(0, rnumel, RBLOCK):")
             rdefs = ["rindex = roffset + rbase", "rmask = rindex < rnumel", "xrmask = xmask & rmask"]
@@ -775,14 +751,14 @@ class _KernelGen(KernelGenState):
             lines += ["    " + ln for ln in head + body]
             source = "\n".join(lines) + "\n"
             if self.split:
-                source += "\n" + finisher_source(function, params, self._var_defs("x", "xindex"), self.split_stores,
+                source += "\n" + finisher_source(function, params, self._var_defs("x", "xindex"), self.finisher,
                                                  self.index64)
             return source
 
         function = "k" + hashlib.sha256(text("kernel").encode()).hexdigest()[:20]
         return KernelSource(k.name, text(function), buffers, symbols, self.kind, k.numel,
                             k.rnumel if self.reducing else sympy.Integer(1), self.index64, self.columns,
-                            len(self.split_stores), function)
+                            self.slots, function)
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str],

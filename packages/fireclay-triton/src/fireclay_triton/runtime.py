@@ -15,9 +15,11 @@ from fireclay_loops.runtime_support import CompiledCall, input_base
 from fireclay_loops.runtime_support import aten_op as shared_aten_op
 from fireclay_loops.runtime_support import conform as conform  # re-exported for the wrapper
 from fireclay_loops.runtime_support import view as view
-from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, tuning_key
+from fireclay_triton import background
+from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, next_pow2, tuning_key
+from fireclay_triton.background import BackgroundCompile
 from fireclay_triton.config import interpreting
-from fireclay_triton.errors import InputError, TritonBackendError
+from fireclay_triton.errors import CodegenError, InputError, TritonBackendError
 from fireclay_triton.precompile import CompileJob, finisher_options, launch_options
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -53,15 +55,20 @@ def aten_op(name: str) -> Callable:
     return shared_aten_op(name, TritonBackendError)
 
 
+MAX_SPLIT = 256  # most chunks of a split reduction (the finisher combines them in one tile row)
+
+
 def split_shape(cfg: LaunchConfig, numel: int, rnumel: int, sms: int) -> tuple[int, int, int]:
     """A split reduction's chunk count, chunk length and finishing block: enough chunks for
-    about four programs per SM (at most 64), each a whole number of tiles."""
+    about four programs per SM (at most ``MAX_SPLIT``; batch norm's 64 channels are one or two
+    blocks of outputs), each a whole number of tiles; the finisher's tiles hold at most 2048
+    partials."""
     programs = max(1, -(-numel // cfg.XBLOCK))
-    nsplit = max(1, min(64, -(-4 * sms // programs), -(-rnumel // cfg.RBLOCK)))
+    nsplit = max(1, min(MAX_SPLIT, -(-4 * sms // programs), -(-rnumel // cfg.RBLOCK)))
     per_split = -(-rnumel // nsplit)
     chunk = -(-per_split // cfg.RBLOCK) * cfg.RBLOCK
     nsplit = -(-rnumel // chunk)
-    return nsplit, chunk, (32 if nsplit > 32 else 64)
+    return nsplit, chunk, max(8, min(64, 2048 // next_pow2(nsplit)))
 
 
 def load_module(source: str, folder: str):
@@ -328,8 +335,45 @@ class CompiledProgram(CompiledCall):
         self.kernels = kernels
         self.launchers = launchers
         # what compiling the kernels ahead did (a precompile.PrecompileReport; None when nothing
-        # was compiled ahead: the interpreter, no GPU, or FIRECLAY_TRITON_PRECOMPILE=0)
+        # was compiled ahead: the interpreter, no GPU, or FIRECLAY_TRITON_PRECOMPILE=0; set when
+        # a background compile finishes)
         self.precompile_report = None
+        # the kernels' compile on the background thread (compile_program(..., background=True)),
+        # or None: compiled before compile_program returned
+        self.background: BackgroundCompile | None = None
+
+    def ready(self) -> bool:
+        """Whether the kernels' compile has finished (successfully or not): always True for a
+        program compiled in the foreground. Check ``compile_error`` before calling a ready one."""
+        return self.background is None or self.background.done()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until ``ready()`` or ``timeout`` seconds passed; returns ``ready()``."""
+        return self.background is None or self.background.wait(timeout)
+
+    @property
+    def compile_error(self) -> BaseException | None:
+        """Why the background compile failed (None while it runs, or when it succeeded). A program
+        with an error is not usable: calling it raises, before any kernel runs."""
+        return None if self.background is None else self.background.error
+
+    def compile_in_background(self, work: Callable[[], Any]) -> None:
+        """Run ``work`` (the kernels' compile) on the background thread. Until it finishes, a call
+        waits for it; a call after it failed raises :class:`CodegenError` naming the cause, before
+        running anything, so no input is half updated."""
+        self.background = background.submit(work)
+        compiled_call = self._call
+
+        def call_when_compiled(*inputs: Any) -> tuple:
+            self.wait()
+            error = self.compile_error
+            if error is not None:
+                raise CodegenError(f"this program's kernels failed to compile in the background "
+                                   f"({type(error).__name__}: {error}); run the graph another way") from error
+            self._call = compiled_call
+            return compiled_call(*inputs)
+
+        self._call = call_when_compiled
 
     def source_files(self) -> dict[str, str]:
         return {"wrapper.py": self.wrapper_source, "kernels.py": self.kernel_source,

@@ -8,12 +8,15 @@ more than the default shapes:
   is: ``x.sum(0)``) keeps its ``[XBLOCK, RBLOCK]`` tile, with configs wide in ``XBLOCK`` so each
   row of the tile is a run of contiguous addresses, and is looped rather than persistent when
   the reduction is long (a persistent tile would be one strided column per program);
-* a column reduction with few outer points and a long reduction is **split**: grid axis 1 cuts
-  the reduction into chunks, each program writes its partial sums to a float32 workspace, and a
-  second small kernel (the *finisher*) adds the partials in a fixed order and stores the results,
-  so there are enough programs to fill the GPU and the result does not depend on timing (no
-  atomics). Only kernels whose stored results are float32 sums qualify (``NotSplittable``
-  otherwise, and the kernel is generated unsplit);
+* a column reduction with few outer points and a long reduction, and any reduction with very
+  few outputs and a long one, is **split**: grid axis 1 cuts the reduction into chunks, each
+  program writes its partial results to a float32 workspace, and a second small kernel (the
+  *finisher*) combines them in a fixed order and runs what follows over the outputs, so there
+  are enough programs to fill the GPU and the result does not depend on timing (no atomics).
+  The shapes are :func:`fireclay_loops.long_reductions.few_outputs`' (the scheduler keeps
+  those kernels splittable); the text is :mod:`fireclay_triton.split_reduction`'s. A kernel
+  the split cannot do (``NotSplittable``: code over the reduction loop after a reduction, a
+  reduction other than a float32 sum, max, min or Welford) is generated unsplit;
 * a **transposing pointwise kernel** (one access contiguous along the last variable, another
   along a different one: ``x.t().contiguous()``, permutes) becomes a 2D tiled kernel: the
   contiguous variable of the other access goes last among the tile's rows (``x`` axis, grid
@@ -26,27 +29,13 @@ from __future__ import annotations
 import sympy
 
 from fireclay_loops import Kernel, KernelNode
+from fireclay_loops.long_reductions import few_outputs
+from fireclay_loops.long_reductions import reduces_columns as _reduces_columns
+from fireclay_loops.long_reductions import unit_stride_var as unit_stride_var  # re-exported
 
-SPLIT_MAX_OUTER = 16384  # split column reductions of at most this many outer points...
-SPLIT_MIN_REDUCTION = 4096  # ...and at least this long (and 4x longer than the outer points)
 COLUMN_PERSISTENT_LIMIT = 512  # longest column reduction done in one tile of a few columns
 MIN_TILED_SIZE = 16  # both tiled variables at least this long, else a flat block does as well
 MAX_GRID_Y = 65535  # CUDA's limit on grid axis 1
-
-
-def unit_stride_var(index, variables: list[sympy.Symbol]) -> sympy.Symbol | None:
-    """The variable (innermost first) that moves ``index`` by exactly 1, if any."""
-    e = sympy.sympify(index)
-    free = e.free_symbols
-    for v in reversed(variables):
-        if v in free:
-            try:
-                step = sympy.expand(e.xreplace({v: v + 1}) - e)
-            except Exception:  # an index function sympy cannot shift: not provably contiguous
-                continue
-            if step == 1:
-                return v
-    return None
 
 
 def _accesses(kernel: Kernel) -> list:
@@ -56,13 +45,7 @@ def _accesses(kernel: Kernel) -> list:
 def reduces_columns(kernel: Kernel) -> bool:
     """True when no access is contiguous along the reduction and some reduced access is along
     the outer points."""
-    if not kernel.rsizes or not kernel.xsizes:
-        return False
-    rlast, xlast = kernel.rvars[-1], kernel.xvars[-1]
-    reduced = [i for i in _accesses(kernel) if set(kernel.rvars) & sympy.sympify(i).free_symbols]
-    if any(unit_stride_var(i, [rlast]) is not None for i in reduced):
-        return False
-    return any(unit_stride_var(i, [xlast]) is not None for i in reduced)
+    return _reduces_columns(_accesses(kernel), kernel.xvars, kernel.rvars)
 
 
 def tiled_kernel(kernel: Kernel) -> Kernel | None:
@@ -96,46 +79,16 @@ def tiled_kernel(kernel: Kernel) -> Kernel | None:
 
 
 class NotSplittable(Exception):
-    """The kernel does something a split reduction cannot (another reduction, an epilogue)."""
+    """The kernel does something a split reduction cannot (code over the loop after a reduction,
+    a reduction whose partial results do not combine)."""
 
 
 def should_split(kernel: Kernel) -> bool:
-    n, r = kernel.numel, kernel.rnumel
-    if not (n.is_Integer and r.is_Integer):
-        return False
-    return int(n) <= SPLIT_MAX_OUTER and int(r) >= max(SPLIT_MIN_REDUCTION, 4 * int(n))
-
-
-# A contiguous reduction with this few outer points (a sum to a scalar, a loss) would run on at
-# most this many programs, leaving most of a GPU idle while each loops over the whole row: split.
-FEW_ROWS = 64
-LONG_ROW = 32768
+    """A column reduction of this shape is split (when it reduces columns)."""
+    return few_outputs(kernel.numel, kernel.rnumel, columns=True)
 
 
 def few_long_rows(kernel: Kernel) -> bool:
-    n, r = kernel.numel, kernel.rnumel
-    if not kernel.rsizes or not (n.is_Integer and r.is_Integer):
-        return False
-    return int(n) <= FEW_ROWS and int(r) >= LONG_ROW
-
-
-def finisher_source(name: str, params: list[str], xdefs: list[str], stores: list[tuple[str, str]],
-                    index64: bool) -> str:
-    """The kernel that adds a split kernel's partials (``ws[k, split, x]``) and stores result
-    ``k`` at the split kernel's own pointer expression ``stores[k]``."""
-    prefix = params[: params.index("ws")]
-    i64 = ".to(tl.int64)" if index64 else ""
-    lines = ["@triton.jit",
-             f"def {name}_finish({', '.join(prefix + ['ws', 'nsplit', 'xnumel', 'XBLOCK: tl.constexpr', 'NSPLIT: tl.constexpr'])}):",
-             f"    xoffset = tl.program_id(0){i64} * XBLOCK",
-             f"    xindex = xoffset + tl.arange(0, XBLOCK)[:, None]{i64}",
-             "    xmask = xindex < xnumel",
-             f"    zx = tl.zeros([XBLOCK, 1], {'tl.int64' if index64 else 'tl.int32'})",
-             "    pindex = tl.arange(0, NSPLIT)[None, :]",
-             "    pmask = xmask & (pindex < nsplit)"]
-    lines += ["    " + d for d in xdefs]
-    for k, (ptr, dtype) in enumerate(stores):
-        lines += [f"    part{k} = tl.load(ws + (({k} * nsplit + pindex) * xnumel + xindex), pmask, other=0)",
-                  f"    total{k} = tl.sum(part{k}, 1)[:, None]",
-                  f"    tl.store({ptr}, total{k}.to({dtype}), xmask)"]
-    return "\n".join(lines) + "\n"
+    """A reduction with so few outputs that one program per row would leave most of a GPU idle
+    while each loops over its whole row (a sum to a scalar, a loss): split whatever its layout."""
+    return bool(kernel.rsizes) and few_outputs(kernel.numel, kernel.rnumel, columns=False)

@@ -3,6 +3,7 @@
     import fireclay
     model = fireclay.compile(model)            # like torch.compile
     fireclay.list_backends()                   # eager, aot_eager, fireclay, inductor, ...
+    fireclay.wait_compiled()                   # CUDA kernels compiling in the background: wait
     with fireclay.config.patch(verify_correctness=True): ...
 
 Entry point: :func:`fireclay.compile` (``fireclay.api``).
@@ -26,6 +27,7 @@ from fireclay.backends import BackendNotFound, list_backends, lookup_backend, re
 from fireclay.compile_cache import cache_stats, reset_cache_stats  # noqa: E402
 from fireclay.config import Config, config  # noqa: E402
 from fireclay.modes import list_mode_options, list_modes  # noqa: E402
+from fireclay.tiered import wait_compiled  # noqa: E402
 from fireclay_capture import (  # noqa: E402
     allow_in_graph,
     cond,
@@ -39,5 +41,5 @@ from fireclay_capture import (  # noqa: E402
 __all__ = [
     "BackendNotFound", "Config", "OptimizedModule", "allow_in_graph", "cache_stats", "compile", "cond", "config",
     "disable", "explain", "graph_break", "is_compiling", "list_backends", "list_mode_options",
-    "list_modes", "lookup_backend", "mark_dynamic", "register_backend", "reset", "reset_cache_stats",
+    "list_modes", "lookup_backend", "mark_dynamic", "register_backend", "reset", "reset_cache_stats", "wait_compiled",
 ]

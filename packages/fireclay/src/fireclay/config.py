@@ -47,6 +47,10 @@ class Config:
     debug_dir: str = ""
     # Verify the IR at every stage boundary (slower; for debugging the compiler).
     verify_ir: bool = False
+    # CUDA graphs of the fireclay backend: compile the Triton kernels in the background and run
+    # the graph in the interpreter until they are ready (off under mode="reduce-overhead", whose
+    # CUDA graphs must record compiled kernels). fireclay.wait_compiled() waits for them.
+    background_compile: bool = True
 
     def patch(self, **changes: Any) -> _Patch:
         """Set knobs temporarily; usable as ``with config.patch(...)`` and ``@config.patch(...)``."""

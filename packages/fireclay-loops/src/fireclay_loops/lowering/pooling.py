@@ -3,7 +3,8 @@ Inductor does), not a library call; the indices output is computed only where so
 
 Semantics follow eager's CPU kernel: NaN wins (and for indices the last NaN of the window in
 row-major order), otherwise the first maximum; padded points are never chosen; an index is
-``h * W + w`` in the input plane.
+``h * W + w`` in the input plane. The backward is loop code too: each input point gathers the
+gradients of the windows whose index names it.
 """
 
 from __future__ import annotations
@@ -110,3 +111,68 @@ def _lowest(dtype: str):
     bits = {"int64": 64, "int32": 32, "int16": 16, "int8": 8}.get(dtype)
     low = -(2 ** (bits - 1)) if bits else 0
     return lambda: ops.constant(low, dtype)
+
+
+def _windows_holding(i, d: int, out_extent, in_extent, kernel, stride, padding, dilation) -> list:
+    """``(window index, mask or None)`` for each window along dim ``d`` that can hold input
+    point ``i``, in increasing window order. Windows that tile the dim (stride = kernel, no
+    padding or dilation) hold a point in exactly one window, ``i // stride``; otherwise a point
+    is the ``k``-th point of window ``(i + padding - k * dilation) / stride`` when that divides
+    and lands inside the output."""
+    k, s, p, dl = kernel[d], stride[d], padding[d], dilation[d]
+    if p == 0 and (dl == 1 or k == 1) and s == k:
+        o = exprs.FloorDiv(i, s) if s > 1 else i
+        out_n, in_n = exprs.to_static(out_extent), exprs.to_static(in_extent)
+        covers = out_n is not None and in_n is not None and out_n * s >= in_n
+        mask = None if covers else ops.lt(ops.index_expr(o, "int64"), ops.index_expr(out_extent, "int64"))
+        return [(o, mask)]
+    windows = []
+    for kk in reversed(range(k)):
+        shifted = i + p - kk * dl
+        o = exprs.FloorDiv(shifted, s) if s > 1 else shifted
+        mask = ops.logical_and(ops.ge(ops.index_expr(shifted, "int64"), ops.constant(0, "int64")),
+                               ops.lt(ops.index_expr(o, "int64"), ops.index_expr(out_extent, "int64")))
+        if s > 1:
+            mask = ops.logical_and(mask, ops.eq(ops.index_expr(exprs.Mod(shifted, s), "int64"),
+                                                ops.constant(0, "int64")))
+        windows.append((o, mask))
+    return windows
+
+
+def _both(a, b):
+    return a if b is None else b if a is None else ops.logical_and(a, b)
+
+
+@register_lowering("max_pool2d_with_indices_backward.default")
+def lower_max_pool2d_with_indices_backward(ctx, grad_output, x, kernel_size, stride, padding, dilation, ceil_mode,
+                                           indices):
+    """The gradient gathered per input point rather than scattered per window: a point gets the
+    gradient of each window that holds it and whose index names it (eager adds them up the
+    same way). As a pointwise value the scheduler fuses it into its reader (ReLU's and batch
+    norm's backward in a CNN), so no zero-filled gradient is ever written."""
+    kernel = _pair(kernel_size)
+    stride = _pair(stride) if stride else list(kernel)
+    padding, dilation = _pair(padding), _pair(dilation)
+    if not _static_ints(kernel + stride + padding + dilation) or kernel[0] * kernel[1] > MAX_WINDOW:
+        from fireclay_loops.lowering.context import fallback
+
+        return fallback(ctx)
+    kernel, stride, padding, dilation = ([int(v) for v in p] for p in (kernel, stride, padding, dilation))
+    size, dtype, device = ctx.out_meta()
+    compute = dtypes.compute_dtype(dtype)
+    pool = (kernel, stride, padding, dilation)
+
+    def gradient(idx):
+        h, w = idx[-2], idx[-1]
+        here = ops.index_expr(exprs.as_expr(h * x.size[-1] + w), "int64")
+        total = None
+        for oh, mask_h in _windows_holding(h, 0, grad_output.size[-2], x.size[-2], *pool):
+            for ow, mask_w in _windows_holding(w, 1, grad_output.size[-1], x.size[-1], *pool):
+                at, mask = list(idx[:-2]) + [oh, ow], _both(mask_h, mask_w)
+                hit = ops.eq(ops.to_dtype(indices.load(at, mask), "int64"), here)
+                g = ops.where(_both(mask, hit), ops.to_dtype(grad_output.load(at, mask), compute),
+                              ops.constant(0.0, compute))
+                total = g if total is None else ops.add(total, g)
+        return total
+
+    return ctx.pointwise(size, dtype, device, gradient)

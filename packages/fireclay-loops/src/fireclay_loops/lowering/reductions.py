@@ -363,17 +363,59 @@ def lower_batch_norm_inference(ctx, x, weight, bias, running_mean, running_var, 
 def lower_batch_norm_training_no_stats(ctx, x, weight, bias, training, momentum, eps):
     """Training-mode batch norm without running statistics: per-channel Welford over every
     dim but 1, then the pointwise normalisation; returns (out, mean, rstd)."""
+    out, mean, inv, _ = _batch_norm_with_batch_statistics(ctx, x, weight, bias, eps, unbiased_dtype=None)
+    return out, mean, inv
+
+
+@register_lowering("_native_batch_norm_legit_functional.default")
+def lower_batch_norm_training(ctx, x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Training-mode batch norm as functionalization leaves it: (out, mean, rstd) as without
+    running statistics, and the updated running mean and variance (the batch's unbiased
+    variance, as eager) as values of their own. Loop code rather than a library call, so the
+    statistics are a reduction the scheduler places (a column reduction over channels-last
+    activations) and the normalisation fuses with the ReLU after it."""
+    if not training or running_mean is None or running_var is None:
+        from fireclay_loops.lowering.context import fallback
+
+        return fallback(ctx)
+    out, mean, inv, var = _batch_norm_with_batch_statistics(ctx, x, weight, bias, eps,
+                                                           unbiased_dtype=ctx.out_meta(4)[1])
+    m = float(momentum)
+
+    def running(old, new, k):
+        size, dtype, device = ctx.out_meta(k)
+        acc = dtypes.compute_dtype(dtype)
+
+        def value(idx):
+            kept = ops.mul(ops.to_dtype(old.load(idx), acc), ops.constant(1.0 - m, acc))
+            return ops.add(kept, ops.mul(ops.to_dtype(new.load(idx), acc), ops.constant(m, acc)))
+
+        return ctx.pointwise(size, dtype, device, value)
+
+    return out, mean, inv, running(running_mean, mean, 3), running(running_var, var, 4)
+
+
+def _batch_norm_with_batch_statistics(ctx, x, weight, bias, eps, unbiased_dtype):
+    """(out, mean, rstd, unbiased variance or None): one per-channel Welford reduction over
+    every dim but 1 gives the statistics, then the pointwise normalisation."""
     size, dtype, device = ctx.out_meta()
     acc = dtypes.compute_dtype(dtype)
     dims = [d for d in range(x.rank) if d != 1]
 
+    def count(n):
+        return ops.to_dtype(ops.index_expr(n, "int64"), acc)
+
     def rstd(a, n):
-        var = ops.truediv(ops.getitem(a, 1), ops.to_dtype(ops.index_expr(n, "int64"), acc))
+        var = ops.truediv(ops.getitem(a, 1), count(n))
         return ops.rsqrt(ops.add(var, ops.constant(float(eps), acc)))
 
-    mean, inv = ctx.reduction(x.size, dims, False, device, "welford", acc,
-                              lambda idx: ops.to_dtype(x.load(idx), acc),
-                              [(ctx.out_meta(1)[1], lambda a, n: ops.getitem(a, 0)), (ctx.out_meta(2)[1], rstd)])
+    finals = [(ctx.out_meta(1)[1], lambda a, n: ops.getitem(a, 0)), (ctx.out_meta(2)[1], rstd)]
+    if unbiased_dtype is not None:
+        finals.append((unbiased_dtype, lambda a, n: ops.truediv(
+            ops.getitem(a, 1), ops.sub(count(n), ops.constant(1.0, acc)))))
+    stats = ctx.reduction(x.size, dims, False, device, "welford", acc,
+                          lambda idx: ops.to_dtype(x.load(idx), acc), finals)
+    mean, inv = stats[0], stats[1]
 
     def out(idx):
         v = ops.mul(ops.sub(ops.to_dtype(x.load(idx), acc), ops.to_dtype(mean.load([idx[1]]), acc)),
@@ -384,4 +426,4 @@ def lower_batch_norm_training_no_stats(ctx, x, weight, bias, training, momentum,
             v = ops.add(v, ops.to_dtype(bias.load([idx[1]]), acc))
         return v
 
-    return ctx.pointwise(size, dtype, device, out), mean, inv
+    return ctx.pointwise(size, dtype, device, out), mean, inv, (stats[2] if unbiased_dtype is not None else None)

@@ -11,6 +11,8 @@ from typing import Any
 
 from fireclay.compile_cache import AutogradArtifactCache, scheduled_program
 from fireclay.config import config
+from fireclay.tiered import tiered
+from fireclay.verify import _first_source
 from fireclay_autograd import aot_backend, compile_program, interpreter_backend
 from fireclay_capture.backends import eager as _capture_eager
 from fireclay_ir import Program
@@ -36,11 +38,10 @@ def _codegen_compiler(program: Program, example_inputs: list, options: dict[str,
     """Generate code for one aten graph: Triton for CUDA tensors, C++ for CPU tensors. The
     scheduled loop program comes from the compile cache when an earlier process made it."""
     options = options or {}
-    devices = {str(getattr(x, "device", "cpu")).split(":")[0] for x in example_inputs}
     origin = artifacts.origin(program) if artifacts is not None else None
     scheduled = scheduled_program(program, example_inputs, origin)
-    if "cuda" in devices:
-        return _for_gpu(scheduled, example_inputs, options)
+    if _targets_gpu(example_inputs):
+        return _for_gpu(scheduled, example_inputs, options, program=program)
     import fireclay_cpp
 
     if options.get("cudagraphs"):
@@ -53,7 +54,16 @@ def _codegen_compiler(program: Program, example_inputs: list, options: dict[str,
     return fireclay_cpp.compile_program(scheduled, example_inputs, cfg=cfg)
 
 
-def _for_gpu(scheduled: Any, example_inputs: list, options: dict[str, Any]) -> Compiled:
+def _targets_gpu(example_inputs: list) -> bool:
+    """Whether a graph goes to fireclay-triton: any of its inputs is a CUDA tensor."""
+    return any(str(getattr(x, "device", "cpu")).startswith("cuda") for x in example_inputs)
+
+
+def _for_gpu(scheduled: Any, example_inputs: list, options: dict[str, Any], program: Program | None = None) -> Compiled:
+    """Triton code for one graph. With ``program`` (its aten program) and background compiles on
+    (``config.background_compile``, not under CUDA graphs, which must record compiled kernels),
+    the kernels compile in the background while the program runs in the interpreter
+    (fireclay.tiered)."""
     import fireclay_triton
 
     cfg = dataclasses.replace(fireclay_triton.config, cache_dir=config.cache_dir)
@@ -63,6 +73,10 @@ def _for_gpu(scheduled: Any, example_inputs: list, options: dict[str, Any]) -> C
             kwargs["max_autotune"] = True
         else:
             _note_once("max_autotune_gpu", "fireclay: this fireclay-triton has no max_autotune; option ignored")
+    background = program is not None and config.background_compile and not options.get("cudagraphs")
+    if background and _accepts(fireclay_triton.compile_program, "background"):
+        compiled = fireclay_triton.compile_program(scheduled, example_inputs, cfg=cfg, background=True, **kwargs)
+        return tiered(compiled, lambda: interpreter_backend(program, example_inputs), _first_source(program))
     compiled = fireclay_triton.compile_program(scheduled, example_inputs, cfg=cfg, **kwargs)
     if options.get("cudagraphs"):
         cudagraphify = getattr(fireclay_triton, "cudagraphify", None)
@@ -106,7 +120,9 @@ def _codegen_or_interpreter(program: Program, example_inputs: list, options: dic
 def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | None = None) -> Compiled:
     """The whole pipeline: autograd → loops → cpp (CPU) or triton (CUDA). ``options`` are the
     compile mode's (``cudagraphs``, ``max_autotune``: see ``fireclay.list_mode_options``).
-    The autograd and loops stages' artifacts are reused across processes (fireclay.compile_cache)."""
+    The autograd and loops stages' artifacts are reused across processes (fireclay.compile_cache).
+    CUDA graphs run in the interpreter while their kernels compile in the background
+    (``config.background_compile``; fireclay.tiered)."""
     artifacts = AutogradArtifactCache(program, example_inputs)
     codegen = functools.partial(_codegen_or_interpreter, options=dict(options or {}), artifacts=artifacts)
     return compile_program(program, example_inputs, fw_compiler=codegen, bw_compiler=codegen,
