@@ -60,16 +60,25 @@ def _static_ints(values) -> bool:
     return all(isinstance(v, int) or (isinstance(v, sympy.Basic) and v.is_Integer) for v in values)
 
 
-@register_lowering("max_pool2d_with_indices.default")
-def lower_max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+def _static_window(kernel_size, stride, padding, dilation) -> tuple[list[int], ...] | None:
+    """A 2-D pooling's kernel, stride, padding and dilation as pairs of ints (the stride defaults
+    to the kernel); None when one is symbolic or the window is too large to unroll."""
     kernel = _pair(kernel_size)
     stride = _pair(stride) if stride else list(kernel)
     padding, dilation = _pair(padding), _pair(dilation)
     if not _static_ints(kernel + stride + padding + dilation) or kernel[0] * kernel[1] > MAX_WINDOW:
+        return None
+    return tuple([int(v) for v in p] for p in (kernel, stride, padding, dilation))
+
+
+@register_lowering("max_pool2d_with_indices.default")
+def lower_max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    window = _static_window(kernel_size, stride, padding, dilation)
+    if window is None:
         from fireclay_loops.lowering.context import fallback
 
         return fallback(ctx)
-    kernel, stride, padding, dilation = ([int(v) for v in p] for p in (kernel, stride, padding, dilation))
+    kernel, stride, padding, dilation = window
     size, dtype, device = ctx.out_meta(0)
     isize, idtype, _ = ctx.out_meta(1)
     compute = dtypes.compute_dtype(dtype)
@@ -150,14 +159,12 @@ def lower_max_pool2d_with_indices_backward(ctx, grad_output, x, kernel_size, str
     gradient of each window that holds it and whose index names it (eager adds them up the
     same way). As a pointwise value the scheduler fuses it into its reader (ReLU's and batch
     norm's backward in a CNN), so no zero-filled gradient is ever written."""
-    kernel = _pair(kernel_size)
-    stride = _pair(stride) if stride else list(kernel)
-    padding, dilation = _pair(padding), _pair(dilation)
-    if not _static_ints(kernel + stride + padding + dilation) or kernel[0] * kernel[1] > MAX_WINDOW:
+    window = _static_window(kernel_size, stride, padding, dilation)
+    if window is None:
         from fireclay_loops.lowering.context import fallback
 
         return fallback(ctx)
-    kernel, stride, padding, dilation = ([int(v) for v in p] for p in (kernel, stride, padding, dilation))
+    kernel, stride, padding, dilation = window
     size, dtype, device = ctx.out_meta()
     compute = dtypes.compute_dtype(dtype)
     pool = (kernel, stride, padding, dilation)
