@@ -33,7 +33,7 @@ def falling_back(backend: Callable[..., Any], name: str, fullgraph: bool) -> Cal
         try:
             return backend(program, example_inputs)
         except Exception as exc:
-            where = _first_source(program)
+            where = first_source(program)
             if fullgraph:
                 raise BackendCompilerFailed(f"backend {name!r} failed on the graph captured from {where}: "
                                             f"{type(exc).__name__}: {exc}") from exc
@@ -49,7 +49,7 @@ def falling_back(backend: Callable[..., Any], name: str, fullgraph: bool) -> Cal
     return compile_or_fall_back
 
 
-def _first_source(program: Program) -> str:
+def first_source(program: Program) -> str:
     for node in program.main.nodes:
         src = node.meta.get("source")
         if src:

@@ -12,7 +12,7 @@ from typing import Any
 from fireclay.compile_cache import AutogradArtifactCache, scheduled_program
 from fireclay.config import config
 from fireclay.tiered import tiered
-from fireclay.verify import _first_source
+from fireclay.verify import first_source
 from fireclay_autograd import aot_backend, compile_program, interpreter_backend
 from fireclay_capture.backends import eager as _capture_eager
 from fireclay_ir import Program
@@ -76,7 +76,7 @@ def _for_gpu(scheduled: Any, example_inputs: list, options: dict[str, Any], prog
     background = program is not None and config.background_compile and not options.get("cudagraphs")
     if background and _accepts(fireclay_triton.compile_program, "background"):
         compiled = fireclay_triton.compile_program(scheduled, example_inputs, cfg=cfg, background=True, **kwargs)
-        return tiered(compiled, lambda: interpreter_backend(program, example_inputs), _first_source(program))
+        return tiered(compiled, lambda: interpreter_backend(program, example_inputs), first_source(program))
     compiled = fireclay_triton.compile_program(scheduled, example_inputs, cfg=cfg, **kwargs)
     if options.get("cudagraphs"):
         cudagraphify = getattr(fireclay_triton, "cudagraphify", None)
