@@ -71,6 +71,13 @@ def mean_of_normalised(b, x, y, grad):
     return [b.call("mean.default", b.call("mul.Tensor", centred, y))]
 
 
+def layer_norm_weight_grad(b, grad, x, mean, rstd):
+    """Layer norm's weight and bias gradients (a backward whose input needs no gradient): column
+    sums over the rows, with each row's mean and rstd read beside the columns."""
+    xhat = b.call("mul.Tensor", b.call("sub.Tensor", x, mean), rstd)
+    return [b.call("sum.dim_IntList", b.call("mul.Tensor", grad, xhat), [0]), b.call("sum.dim_IntList", grad, [0])]
+
+
 @dataclass
 class Case:
     name: str
@@ -89,6 +96,10 @@ def bn_case(name: str, n: int, c: int, h: int, w: int, channels_last: bool) -> C
 def bn_forward_case(name: str, n: int, c: int, h: int, w: int, channels_last: bool) -> Case:
     return Case(name, batch_norm_training_forward, [(n, c, h, w), (c,), (c,), (c,), (c,)],
                 (0,) if channels_last else (), positive=(4,))
+
+
+def ln_weight_grad_case(name: str, rows: int, cols: int) -> Case:
+    return Case(name, layer_norm_weight_grad, [(rows, cols), (rows, cols), (rows, 1), (rows, 1)], positive=(3,))
 
 
 def softmax_case(name: str, build, *shape: int) -> Case:

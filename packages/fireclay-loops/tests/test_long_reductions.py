@@ -16,6 +16,8 @@ from reduction_programs import (  # noqa: E402
     bn_case,
     bn_forward_case,
     build,
+    layer_norm_weight_grad,
+    ln_weight_grad_case,
     mean_of_normalised,
     row_max_of_normalised,
     softmax_backward_both,
@@ -130,7 +132,19 @@ RUN_CASES = [
     softmax_case("softmax_backward_both", softmax_backward_both, 3, 50, 300),
     softmax_case("max_of_softmax", row_max_of_normalised, 3, 7, 301),
     softmax_case("mean_of_centred", mean_of_normalised, 2, 9, 257),
+    ln_weight_grad_case("layer_norm_weight_grad", 5000, 24),
 ]
+
+
+@pytest.mark.parametrize("rows,cols", [(65536, 1024), (16384, 768), (5000, 24)])
+def test_layer_norm_weight_grad_is_a_column_reduction_despite_its_per_row_values(rows, cols):
+    from fireclay_loops.long_reductions import reduces_columns
+
+    _, scheduled, _ = _scheduled(ln_weight_grad_case("ln", rows, cols), device="meta")
+    (kernel,) = scheduled.kernels
+    indices = [i for kn in kernel.nodes for _, i, _ in (*kn.reads(), *kn.writes())]
+    assert reduces_columns(indices, kernel.xvars, kernel.rvars)
+    assert few_outputs(kernel.numel, kernel.rnumel, columns=True)
 
 
 @pytest.mark.parametrize("case", RUN_CASES, ids=[c.name for c in RUN_CASES])
@@ -140,6 +154,8 @@ def test_split_schedules_match_eager(case):
         pytest.skip("this fireclay-loops calls the library for training batch norm")
     if case.build in (batch_norm_backward, batch_norm_training_forward):
         assert len(scheduled.kernels) == 2
+    elif case.build is layer_norm_weight_grad:  # both column sums in one kernel (the backend splits it)
+        assert len(scheduled.kernels) == 1
     else:
         assert any(d.action == "split" for d in scheduled.decisions)
     for _ in range(2):

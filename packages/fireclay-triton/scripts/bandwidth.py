@@ -81,6 +81,20 @@ def column_sum_program(rows, cols):
     return Program.single(g), [(rows, cols)]
 
 
+def layer_norm_weight_grad_program(rows, cols):
+    """Layer norm's weight and bias gradients: column sums of ``g * (x - mean) * rstd`` and ``g``
+    (a training step's backward when the input needs no gradient)."""
+    g = Graph("main")
+    grad = g.add_input("g", _meta((rows, cols)))
+    x = g.add_input("x", _meta((rows, cols)))
+    mean = g.add_input("mean", _meta((rows, 1)))
+    rstd = g.add_input("rstd", _meta((rows, 1)))
+    xhat = _call(g, "mul.Tensor", _call(g, "sub.Tensor", x, mean), rstd)
+    g.set_outputs([_call(g, "sum.dim_IntList", _call(g, "mul.Tensor", grad, xhat), [0]),
+                   _call(g, "sum.dim_IntList", grad, [0])])
+    return Program.single(g), [(rows, cols), (rows, cols), (rows, 1), (rows, 1)]
+
+
 def transpose_add_program(rows, cols):
     g = Graph("main")
     x = g.add_input("x", _meta((rows, cols)))
@@ -97,6 +111,7 @@ def eager_of(name):
         "sum rows": lambda x: x.sum(1),
         "sum columns": lambda x: x.sum(0),
         "transpose x.t() + y": lambda x, y: x.t() + y,
+        "layer_norm weight grad": lambda g, x, m, r: (g * ((x - m) * r)).sum(0),
     }[name.split(" [")[0]]
 
 
@@ -126,6 +141,7 @@ def main() -> None:
         ("sum columns [16384x4096]", column_sum_program(int(16384 * s), 4096)),
         ("sum columns [65536x1024]", column_sum_program(int(65536 * s), 1024)),
         ("transpose x.t() + y [8192x8192]", transpose_add_program(int(8192 * s), 8192)),
+        ("layer_norm weight grad [65536x1024]", layer_norm_weight_grad_program(int(65536 * s), 1024)),
     ]
     header = f"{'program':32s} {'MB':>8s} {'kernels':>7s} {'fireclay ms':>11s} {'GB/s':>7s} {'% copy':>7s} " \
              f"{'eager ms':>9s} {'eager GB/s':>10s}"

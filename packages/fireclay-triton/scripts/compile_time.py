@@ -17,7 +17,9 @@ be measured: the models' Triton kernels (every config the first call would try) 
 sm_90 target (``triton.compile`` with its bundled ptxas); the model itself runs in fireclay's
 interpreter. The ``ahead`` columns are the seconds spent compiling kernels ahead (wall clock, on
 ``threads`` workers) and the number of kernel/config compilations; ``--pools threads,processes``
-measures fireclay with each compile pool (``FIRECLAY_TRITON_COMPILE_POOL``).
+measures fireclay with each compile pool (``FIRECLAY_TRITON_COMPILE_POOL``). ``--profile N``
+prints, for each cold fireclay measurement, the N functions of its main thread with the largest
+cumulative time (cProfile), to see which stage the seconds go to.
 """
 
 from __future__ import annotations
@@ -34,6 +36,20 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))  # the repository: benchmarks/ holds the models
 CACHE_ENV = ("FIRECLAY_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def _profiled(fn, top: int):
+    """``fn()`` under cProfile; its top functions by cumulative time go to stderr."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    result = profiler.runcall(fn)
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(top)
+    print(out.getvalue(), file=sys.stderr)
+    return result
 
 
 def _child(model: str, backend: str, preset: str, threads: int | None) -> dict:
@@ -94,7 +110,8 @@ def _target_only_backend():
     return functools.partial(compile_program, fw_compiler=codegen, bw_compiler=codegen)
 
 
-def _measure(model: str, backend: str, preset: str, caches: dict[str, str], threads: int | None) -> dict:
+def _measure(model: str, backend: str, preset: str, caches: dict[str, str], threads: int | None,
+             profile: int = 0) -> dict:
     env = dict(os.environ, **caches)
     backend, _, pool = backend.partition("/")
     if pool:
@@ -104,9 +121,14 @@ def _measure(model: str, backend: str, preset: str, caches: dict[str, str], thre
     cmd = [sys.executable, os.path.abspath(__file__), "--child", model, "--backend", backend, "--preset", preset]
     if threads:
         cmd += ["--threads", str(threads)]
+    if profile:
+        cmd += ["--profile", str(profile)]
     start = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
+    if profile:
+        print(f"-- profile of {model} on {backend}/{env.get('FIRECLAY_TRITON_COMPILE_POOL', 'threads')}", file=sys.stderr)
+        print(done.stderr, file=sys.stderr)
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:120], "process_s": wall}
@@ -121,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="compile workers (default: the CPU count)")
     parser.add_argument("--pools", default="threads",
                         help="fireclay's compile pools to measure, comma-separated: threads, processes")
+    parser.add_argument("--profile", type=int, default=0, help="print each cold fireclay child's top N functions")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="fireclay", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -129,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.is_available()
     preset = args.preset or ("large" if gpu else "small")
     if args.child:
-        print(json.dumps(_child(args.child, args.backend, preset, args.threads)))
+        measure = functools.partial(_child, args.child, args.backend, preset, args.threads)
+        print(json.dumps(_profiled(measure, args.profile) if args.profile else measure()))
         return 0
     backends = [f"fireclay/{pool}" for pool in args.pools.split(",")] + (["inductor"] if args.inductor and gpu else [])
     print(f"compile time, preset {preset}, inference; cold = empty caches, warm = a second process on them")
@@ -140,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             with tempfile.TemporaryDirectory(prefix="compile-time-") as tmp:
                 caches = {name: os.path.join(tmp, name.lower()) for name in CACHE_ENV}
-                cold = _measure(model, backend, preset, caches, args.threads)
+                cold = _measure(model, backend, preset, caches, args.threads,
+                                args.profile if backend.startswith("fireclay") else 0)
                 warm = _measure(model, backend, preset, caches, args.threads)
             if "error" in cold or "error" in warm:
                 print(f"| {model} | {backend} | | failed: {cold.get('error') or warm.get('error')} | | | | |")

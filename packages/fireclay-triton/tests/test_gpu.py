@@ -236,13 +236,33 @@ def test_a_kernel_that_fails_to_compile_ahead_is_reported_not_raised(tmp_path):
     assert report.jobs == len(jobs)
 
 
-def test_launchers_are_built_while_compiling_not_at_the_first_call(tmp_path, monkeypatch):
+def _c_builds(monkeypatch, tmp_path) -> list:
+    """Every C module Triton builds from now on (its driver utilities, a host launcher), with an
+    empty Triton cache."""
     import triton.runtime.build as build
 
-    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))  # no launcher built yet
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     builds = []
     real = build._build
     monkeypatch.setattr(build, "_build", lambda *a, **k: builds.append(a[0]) or real(*a, **k))
+    return builds
+
+
+def test_kernels_launch_without_building_c_code(tmp_path, monkeypatch):
+    builds = _c_builds(monkeypatch, tmp_path)
+    for program_id in ("residual_norm_gelu", "softmax_rows_3000", "argmax_ties_2100"):
+        fn, inputs, atol, rtol = next(p.values for p in PROGRAMS if p.id == program_id)
+        b, program, tensors = build_program(fn, inputs, "cuda")
+        compiled = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path / "fireclay")))
+        for _ in range(2):
+            for g, w in zip(compiled(*tensors), b.eager(*tensors)):
+                torch.testing.assert_close(g, w, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))
+    assert builds == []
+
+
+def test_through_tritons_launcher_the_launchers_are_built_while_compiling(tmp_path, monkeypatch):
+    monkeypatch.setenv("FIRECLAY_TRITON_DIRECT_LAUNCH", "0")
+    builds = _c_builds(monkeypatch, tmp_path)
     fn, inputs, atol, rtol = next(p.values for p in PROGRAMS if p.id == "residual_norm_gelu")
     b, program, tensors = build_program(fn, inputs, "cuda")
     compiled = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path / "fireclay")))

@@ -60,10 +60,13 @@ def unit_stride_var(index: Any, variables: list[sympy.Symbol]) -> sympy.Symbol |
 
 def reduces_columns(indices: list[Any], xvars: list[sympy.Symbol], rvars: list[sympy.Symbol]) -> bool:
     """True when no access (index in kernel variables) is contiguous along the reduction and
-    some reduced access is contiguous along the outer points (``x.sum(0)``)."""
+    some reduced access is contiguous along the outer points (``x.sum(0)``). Accesses that do
+    not move with the outer points (a per-row value read beside the columns, like layer norm's
+    mean and rstd in its weight gradient) are the same for every output and do not count."""
     if not rvars or not xvars:
         return False
-    reduced = [i for i in indices if set(rvars) & sympy.sympify(i).free_symbols]
+    reduced = [i for i in indices
+               if set(rvars) & sympy.sympify(i).free_symbols and set(xvars) & sympy.sympify(i).free_symbols]
     if any(unit_stride_var(i, [rvars[-1]]) is not None for i in reduced):
         return False
     return any(unit_stride_var(i, [xvars[-1]]) is not None for i in reduced)

@@ -12,7 +12,8 @@ say when and whether it is usable, and ``wait_compiled()`` waits for every such 
 (:mod:`fireclay_triton.background`).
 ``triton_backend`` is the same as a forward/backward compiler ``(program, inputs) -> callable``;
 ``cudagraphify(callable, example_inputs)`` runs any such callable through CUDA graphs
-(``mode="reduce-overhead"``; :mod:`fireclay_triton.cudagraphs`).
+(``mode="reduce-overhead"``; :mod:`fireclay_triton.cudagraphs`). ``prewarm()`` starts a fresh
+process's one-time compiler costs on a daemon thread, early (:mod:`fireclay_triton.warmup`).
 Without a GPU, set ``TRITON_INTERPRET=1`` before triton is imported: kernels then run on CPU
 tensors in Triton's interpreter (slow; for tests). Settings: :mod:`fireclay_triton.config`.
 """
@@ -32,9 +33,10 @@ from fireclay_triton.cudagraphs import CudaGraphed, cudagraphify  # noqa: E402
 from fireclay_triton.errors import CodegenError, InputError, TritonBackendError  # noqa: E402
 from fireclay_triton.kernel_codegen import KernelSource  # noqa: E402
 from fireclay_triton.runtime import CompiledProgram  # noqa: E402
+from fireclay_triton.warmup import prewarm  # noqa: E402
 
 __all__ = [
     "CodegenError", "CompiledProgram", "Config", "CudaGraphed", "InputError", "KernelSource", "LaunchConfig",
-    "TritonBackendError", "compile_program", "config", "cudagraphify", "generate_kernels", "to_scheduled", "triton_backend",
-    "wait_compiled",
+    "TritonBackendError", "compile_program", "config", "cudagraphify", "generate_kernels", "prewarm", "to_scheduled",
+    "triton_backend", "wait_compiled",
 ]

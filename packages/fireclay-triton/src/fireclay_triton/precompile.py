@@ -6,13 +6,16 @@ its first call there. Here every launch a program will make on its first call (e
 config its autotuning will try) is described as a :class:`CompileJob` at ``compile_program``
 time, and compiled ahead:
 
-* on a GPU, through Triton's own ``warmup`` under its ``AsyncCompileMode`` with a thread pool,
-  which fills the same in-memory cache the launch reads, so the first call launches without
-  compiling. Much of a compile runs outside the GIL (ptxas is a subprocess, the MLIR passes are
-  native): 2 threads compiled about 1.6x as fast as one on a 2-core machine.
-  ``FIRECLAY_TRITON_COMPILE_POOL=processes`` (forked workers) avoids the GIL altogether at the
-  cost of the forks: on a 16-core H200 host BERT's 39 compilations took 3.7 s on 16 threads and
-  2.0 s in 16 processes, while small programs (8 to 13) were as fast or faster on threads;
+* on a GPU, through ``triton.compile`` for the device's target, on a thread pool, each binary
+  then loaded for fireclay's own launches (:mod:`fireclay_triton.cuda_launch`), so the first call
+  launches without compiling, and without Triton's driver utilities or host launchers, which
+  Triton builds with the C compiler. Much of a compile runs outside the GIL (ptxas is a
+  subprocess, the MLIR passes are native): 2 threads compiled about 1.6x as fast as one on a
+  2-core machine. ``FIRECLAY_TRITON_COMPILE_POOL=processes`` (forked workers) avoids the GIL
+  altogether at the cost of the forks: on a 16-core H200 host BERT's 39 compilations took 3.7 s
+  on 16 threads and 2.0 s in 16 processes, while small programs (8 to 13) were as fast or faster
+  on threads. With ``FIRECLAY_TRITON_DIRECT_LAUNCH=0`` launches go through Triton's
+  ``fn[grid]``, and compiling ahead goes through Triton's ``warmup`` into the cache it reads;
 * for a named target without a GPU (:func:`compile_for_target`, what ``scripts/compile_time.py``
   measures on a CPU machine), through ``triton.compile`` with the specialization the launch would
   compute, which fills Triton's on-disk cache.
@@ -32,6 +35,7 @@ from typing import Any
 
 import torch
 
+from fireclay_triton import cuda_launch
 from fireclay_triton.autotune import LaunchConfig, next_pow2
 
 
@@ -122,29 +126,56 @@ def pool_kind() -> str:
     return kind if kind in ("threads", "processes") else "threads"
 
 
-def precompile_on_device(jobs: list[CompileJob], workers: int | None = None,
-                         pool: str | None = None) -> PrecompileReport:
-    """Compile ``jobs`` for the current CUDA device, ``workers`` at a time, into the cache each
-    kernel's launch reads. Never raises for a kernel that fails: it is listed in the report."""
+def precompile_on_device(jobs: list[CompileJob], workers: int | None = None, pool: str | None = None,
+                         device: int | None = None) -> PrecompileReport:
+    """Compile ``jobs`` for CUDA ``device`` (default: the current one), ``workers`` at a time, and
+    load each binary for the launches to find (:mod:`fireclay_triton.cuda_launch`). Never raises
+    for a kernel that fails: it is listed in the report."""
     jobs = _unique(jobs)
     report = PrecompileReport(jobs=len(jobs), workers=workers or default_workers())
     if not jobs:
         return report
     start = time.perf_counter()
-    if (pool or pool_kind()) == "processes" and report.workers > 1 and hasattr(os, "fork"):
-        from triton.runtime.driver import driver
-
-        # a broken pool (None) leaves every job to the warm-up below, which then compiles it here
-        forked = _forked_compile(jobs, driver.active.get_current_target(), report.workers) or {}
-        kernels = []
-        for j in jobs:  # cache hits now: loads each binary into the launch's cache
-            if forked.get(j):
-                report.failures.append(forked[j])
-            else:
-                kernels.append(_warm(j, report))
-        build_launchers(kernels, report.workers)
+    if not cuda_launch.enabled():
+        _precompile_through_triton(jobs, report, pool)
         report.seconds = time.perf_counter() - start
         return _count(report)
+    device = torch.cuda.current_device() if device is None else device
+    target = cuda_target(device)
+    if (pool or pool_kind()) == "processes" and report.workers > 1 and hasattr(os, "fork"):
+        # forked workers fill Triton's disk cache; the compiles below then only read it (a broken
+        # pool, None, leaves every job to them)
+        forked = _forked_compile(jobs, target, report.workers) or {}
+        report.failures += [error for error in forked.values() if error]
+        jobs = [j for j in jobs if not forked.get(j)]
+
+    def one(job: CompileJob) -> str | None:
+        try:
+            compiled = _target_compile(job, target)
+            cuda_launch.remember(job.fn, job.options, cuda_launch.job_key(device, job.args),
+                                 cuda_launch.load(compiled, job.fn.arg_names, len(job.args), device))
+            return None
+        except Exception as error:  # reported; the launch compiles again and names the kernel
+            return f"{job.name}: {type(error).__name__}: {str(error).strip()[:300]}"
+
+    if report.workers == 1 or len(jobs) == 1:
+        results = [one(j) for j in jobs]
+    else:
+        with ThreadPoolExecutor(min(report.workers, len(jobs)), thread_name_prefix="fireclay-triton-compile") as ex:
+            results = list(ex.map(one, jobs))
+    report.failures += [r for r in results if r]
+    report.seconds = time.perf_counter() - start
+    return _count(report)
+
+
+def _precompile_through_triton(jobs: list[CompileJob], report: PrecompileReport, pool: str | None) -> None:
+    """With launches going through Triton's ``fn[grid]`` (``FIRECLAY_TRITON_DIRECT_LAUNCH=0``):
+    compile through Triton's ``warmup`` into the in-memory cache that launch reads, and build
+    each signature's host launcher."""
+    if (pool or pool_kind()) == "processes" and report.workers > 1 and hasattr(os, "fork"):
+        forked = _forked_compile(jobs, cuda_target(torch.cuda.current_device()), report.workers) or {}
+        report.failures += [error for error in forked.values() if error]
+        jobs = [j for j in jobs if not forked.get(j)]
     try:
         from triton.runtime import _async_compile
     except ImportError:  # an older Triton: compile one after another, still before the first call
@@ -164,8 +195,6 @@ def precompile_on_device(jobs: list[CompileJob], workers: int | None = None,
                 else:
                     kernels.append(future.result(ignore_errors=True) if hasattr(future, "result") else future)
     build_launchers(kernels, report.workers)
-    report.seconds = time.perf_counter() - start
-    return _count(report)
 
 
 def build_launchers(kernels: list[Any], workers: int) -> int:
@@ -212,23 +241,37 @@ def _warm(job: CompileJob, report: PrecompileReport) -> Any:
         return None
 
 
-def _target_compile(job: CompileJob, target: Any) -> Any:
-    """``triton.compile`` of ``job`` for ``target`` with the specialization a launch on such a
-    device computes (Triton's own binder and argument packing, so the cache key is the same)."""
+def cuda_target(device: int) -> Any:
+    """The Triton target of CUDA ``device``, from torch (asking Triton's driver would build its
+    C utilities first)."""
+    from triton.backends.compiler import GPUTarget
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return GPUTarget("cuda", major * 10 + minor, 32)
+
+
+def compile_kernel(fn: Any, args: list[Any], kwargs: dict[str, Any], target: Any) -> Any:
+    """``triton.compile`` of ``fn`` for ``target`` with the specialization a launch with ``args``
+    (tensors, or ``MockTensor``s standing for aligned ones, and integers) and ``kwargs`` (its
+    constexprs and options) computes: Triton's own binder and argument packing, so the kernel
+    and its cache key are the ones ``fn[grid](...)`` would compile. Needs no GPU."""
     import triton
     from triton import knobs
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
 
-    fn = job.fn
     backend = make_backend(target)
-    kwargs = job.kwargs
+    kwargs = dict(kwargs)
     kwargs["debug"] = kwargs.get("debug", fn.debug) or knobs.runtime.debug
     kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
     binder = create_function_from_signature(fn.signature, fn.params, backend)
-    bound, specialization, options = binder(*_mock_args(job.args), **kwargs)
+    bound, specialization, options = binder(*args, **kwargs)
     options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
     return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+
+
+def _target_compile(job: CompileJob, target: Any) -> Any:
+    return compile_kernel(job.fn, _mock_args(job.args), job.kwargs, target)
 
 
 _FORKED_JOBS: list[CompileJob] = []  # what forked workers compile (inherited, never pickled)

@@ -15,7 +15,7 @@ from fireclay_loops.runtime_support import CompiledCall, input_base
 from fireclay_loops.runtime_support import aten_op as shared_aten_op
 from fireclay_loops.runtime_support import conform as conform  # re-exported for the wrapper
 from fireclay_loops.runtime_support import view as view
-from fireclay_triton import background
+from fireclay_triton import background, cuda_launch, precompile
 from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, next_pow2, tuning_key
 from fireclay_triton.background import BackgroundCompile
 from fireclay_triton.config import interpreting
@@ -107,41 +107,36 @@ def time_ms(fn: Callable[[], None], runs: int = 10) -> float:
     return start.elapsed_time(end) / runs
 
 
-def direct_launch_enabled() -> bool:
-    """``FIRECLAY_TRITON_DIRECT_LAUNCH=0`` sends every launch through Triton's ``fn[grid](...)``."""
-    return os.environ.get("FIRECLAY_TRITON_DIRECT_LAUNCH", "1") != "0"
-
-
 class DirectLaunch:
     """Launches one ``@triton.jit`` function at one config (constexprs, warps, stages) with as
-    little Python per launch as Triton allows.
+    little Python per launch as possible.
 
     ``fn[grid](...)`` binds every argument, computes the specialization key, reads Triton's knobs
     and builds launch metadata on each launch: tens of microseconds, a kernel's whole run time at
-    small sizes. Here the first launch per *specialization* goes through it (compiling, or taking
-    the precompiled kernel from Triton's cache) and keeps the compiled kernel it returns; later
-    launches call that kernel's launcher directly. The specialization is keyed more finely than
-    Triton keys it: the device, each pointer's 16-byte alignment, and each integer's exact value,
-    so a launch that Triton would have compiled differently never takes a kept kernel. Launch
-    hooks (profilers) disable the direct path while they are installed.
+    small sizes, and its first use in a process builds Triton's C utilities and a C launcher per
+    signature. Here each *specialization* is compiled once (or found compiled ahead, in
+    :mod:`fireclay_triton.cuda_launch`'s store), its binary loaded, and every launch is a
+    :class:`~fireclay_triton.cuda_launch.CudaKernel` call on torch's current stream. The
+    specialization is keyed more finely than Triton keys it: the device, each pointer's 16-byte
+    alignment, and each integer's exact value, so a launch that Triton would have compiled
+    differently never takes a kept kernel. Kernels the driver call cannot launch alone, launches
+    while Triton launch hooks (profilers) are installed, and ``FIRECLAY_TRITON_DIRECT_LAUNCH=0``
+    go through ``fn[grid]``.
     """
 
-    def __init__(self, fn: Any, options: dict[str, int], nargs: int):
+    def __init__(self, fn: Any, options: tuple, nargs: int):
         from triton import knobs
-        from triton.runtime.driver import driver
 
         self.fn = fn
-        self.options = options
-        # a launcher takes every parameter in order, constexprs included: here the constexprs
-        # must be exactly the parameters after the ``nargs`` runtime ones
-        names = list(getattr(fn, "arg_names", ()))
-        constexprs = names[nargs:]
-        self.constexpr_values = tuple(options.get(n) for n in constexprs)
-        self.kernels: dict[tuple, Any] = {}
+        self.options = options  # sorted (name, value) pairs
+        self.kwargs = dict(options)
+        self.nargs = nargs
+        # the runtime arguments are exactly the parameters before the constexprs
+        self.arg_names = list(getattr(fn, "arg_names", ()))
+        constexprs = self.arg_names[nargs:]
+        self.kernels: dict[tuple, cuda_launch.CudaKernel | None] = {}
         self._runtime_knobs = knobs.runtime
-        self._device = driver.active.get_current_device
-        self._stream = driver.active.get_current_stream
-        self.enabled = direct_launch_enabled() and bool(names) and all(n in options for n in constexprs)
+        self.enabled = cuda_launch.enabled() and bool(self.arg_names) and all(n in self.kwargs for n in constexprs)
 
     def _hooked(self) -> bool:
         """Whether a launch hook is installed (a hook chain with calls, or a plain callable)."""
@@ -149,17 +144,32 @@ class DirectLaunch:
         enter, exit_ = runtime.launch_enter_hook, runtime.launch_exit_hook
         return bool(getattr(enter, "calls", enter) or getattr(exit_, "calls", exit_))
 
+    def _prepare(self, key: tuple, device: int, args: tuple) -> cuda_launch.CudaKernel | None:
+        """The kernel of a new specialization: compiled ahead, else compiled and loaded now."""
+        found, kernel = cuda_launch.recall(self.fn, self.options, key)
+        if not found:
+            compiled = precompile.compile_kernel(self.fn, list(args), self.kwargs, precompile.cuda_target(device))
+            kernel = cuda_launch.load(compiled, self.arg_names, self.nargs, device)
+            cuda_launch.remember(self.fn, self.options, key, kernel)
+        self.kernels[key] = kernel
+        return kernel
+
     def __call__(self, grid: tuple, args: tuple) -> None:
-        device = self._device()
-        key = (device, *[(a.data_ptr() & 15) == 0 if isinstance(a, torch.Tensor) else a for a in args])
-        kernel = self.kernels.get(key)
-        if kernel is None or self._hooked():
-            kernel = self.fn[grid](*args, **self.options)
-            if self.enabled and kernel is not None and hasattr(kernel, "packed_metadata"):
-                self.kernels[key] = kernel
+        if not self.enabled or self._hooked():
+            self.fn[grid](*args, **self.kwargs)
             return
-        kernel.run(grid[0], grid[1], 1, self._stream(device), kernel.function, kernel.packed_metadata, None, None,
-                   None, *args, *self.constexpr_values)
+        device = torch.cuda.current_device()
+        key = cuda_launch.launch_key(device, args)
+        kernel = self.kernels.get(key, _MISSING)
+        if kernel is _MISSING:
+            kernel = self._prepare(key, device, args)
+        if kernel is None:  # needs Triton's launcher
+            self.fn[grid](*args, **self.kwargs)
+            return
+        kernel(grid[0], grid[1], torch.cuda.current_stream(device).cuda_stream, args)
+
+
+_MISSING = object()
 
 
 class _Ready:
@@ -225,7 +235,7 @@ class Launcher:
     def _direct_launch(self, fn: Any, options: tuple, nargs: int) -> DirectLaunch:
         launch = self._direct.get((fn, options))
         if launch is None:
-            launch = self._direct[(fn, options)] = DirectLaunch(fn, dict(options), nargs)
+            launch = self._direct[(fn, options)] = DirectLaunch(fn, options, nargs)
         return launch
 
     def _launch(self, fn: Any, grid: tuple, args: tuple, options: tuple) -> None:

@@ -87,6 +87,18 @@ def _for_gpu(scheduled: Any, example_inputs: list, options: dict[str, Any], prog
     return compiled
 
 
+def _prewarm_gpu_compiler() -> None:
+    """Start Triton's one-time costs (a fresh process's first compile) while autograd and loops
+    run (fireclay_triton.warmup)."""
+    try:
+        import fireclay_triton
+    except ImportError:  # code generation reports the missing package when it gets there
+        return
+    prewarm = getattr(fireclay_triton, "prewarm", None)
+    if prewarm is not None:
+        prewarm()
+
+
 def _accepts(fn: Callable[..., Any], keyword: str) -> bool:
     try:
         return keyword in inspect.signature(fn).parameters
@@ -123,6 +135,8 @@ def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | N
     The autograd and loops stages' artifacts are reused across processes (fireclay.compile_cache).
     CUDA graphs run in the interpreter while their kernels compile in the background
     (``config.background_compile``; fireclay.tiered)."""
+    if _targets_gpu(example_inputs):
+        _prewarm_gpu_compiler()
     artifacts = AutogradArtifactCache(program, example_inputs)
     codegen = functools.partial(_codegen_or_interpreter, options=dict(options or {}), artifacts=artifacts)
     return compile_program(program, example_inputs, fw_compiler=codegen, bw_compiler=codegen,
