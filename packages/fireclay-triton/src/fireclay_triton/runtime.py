@@ -166,10 +166,20 @@ class DirectLaunch:
         if kernel is None:  # needs Triton's launcher
             self.fn[grid](*args, **self.kwargs)
             return
-        kernel(grid[0], grid[1], torch.cuda.current_stream(device).cuda_stream, args)
+        kernel(grid[0], grid[1], _raw_stream(device), args)
 
 
 _MISSING = object()
+
+
+def _public_raw_stream(device: int) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+# the current stream's handle, per launch: torch's C getter (what Triton's own launches read)
+# costs a fraction of a microsecond; ``torch.cuda.current_stream`` builds a Stream object (several
+# microseconds, times every launch of a call). The public one where the getter is missing.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _public_raw_stream
 
 
 class _Ready:
