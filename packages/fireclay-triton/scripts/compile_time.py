@@ -17,7 +17,7 @@ be measured: the models' Triton kernels (every config the first call would try) 
 sm_90 target (``triton.compile`` with its bundled ptxas); the model itself runs in fireclay's
 interpreter. The ``ahead`` columns are the seconds spent compiling kernels ahead (wall clock, on
 ``threads`` workers) and the number of kernel/config compilations; ``--pools threads,processes``
-measures fireclay with each compile pool (``FIRECLAY_TRITON_COMPILE_POOL``). ``--profile N``
+measures fireclay with each compile pool (``FIRECLAY_TRITON_COMPILE_POOL``; ``auto``: the default). ``--profile N``
 prints, for each cold fireclay measurement, the N functions of its main thread with the largest
 cumulative time (cProfile), to see which stage the seconds go to.
 """
@@ -114,7 +114,7 @@ def _measure(model: str, backend: str, preset: str, caches: dict[str, str], thre
              profile: int = 0) -> dict:
     env = dict(os.environ, **caches)
     backend, _, pool = backend.partition("/")
-    if pool:
+    if pool and pool != "auto":
         env["FIRECLAY_TRITON_COMPILE_POOL"] = pool
     env.pop("TRITON_INTERPRET", None)
     env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")])
@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", default=None, help="the models' size: large on a GPU, small without one")
     parser.add_argument("--inductor", action="store_true", help="torch.compile (Inductor) too, on a GPU")
     parser.add_argument("--threads", type=int, help="compile workers (default: the CPU count)")
-    parser.add_argument("--pools", default="threads",
-                        help="fireclay's compile pools to measure, comma-separated: threads, processes")
+    parser.add_argument("--pools", default="auto",
+                        help="fireclay's compile pools to measure, comma-separated: auto (its default), threads, processes")
     parser.add_argument("--profile", type=int, default=0, help="print each cold fireclay child's top N functions")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="fireclay", help=argparse.SUPPRESS)

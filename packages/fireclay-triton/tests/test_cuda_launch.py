@@ -28,7 +28,7 @@ KERNEL = textwrap.dedent('''
 WORKER = textwrap.dedent('''
     import importlib.util, json, re, sys
     import torch
-    from fireclay_triton.cuda_launch import parameter_types, unsupported
+    from fireclay_triton.cuda_launch import KernelBinary, parameter_types
     from fireclay_triton.precompile import compile_kernel
     from triton.backends.compiler import GPUTarget
     from triton.runtime.jit import MockTensor
@@ -43,8 +43,9 @@ WORKER = textwrap.dedent('''
         compiled = compile_kernel(mod.k, args, {"XBLOCK": 128, "num_warps": 4}, GPUTarget("cuda", 90, 32))
         entry = re.search(r"\\.entry\\s+\\w+\\(([^)]*)\\)", compiled.asm["ptx"], re.S).group(1)
         params = re.findall(r"\\.param\\s+\\.(\\w+)", entry)
-        out.append({"plan": parameter_types(compiled, mod.k.arg_names, len(args)), "ptx": params,
-                    "unsupported": unsupported(compiled)})
+        binary = KernelBinary.of(compiled)
+        out.append({"plan": parameter_types(binary, mod.k.arg_names, len(args)), "ptx": params,
+                    "unsupported": binary.needs_triton})
     print(json.dumps(out))
 ''')
 

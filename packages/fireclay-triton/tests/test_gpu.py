@@ -248,7 +248,9 @@ def _c_builds(monkeypatch, tmp_path) -> list:
     return builds
 
 
-def test_kernels_launch_without_building_c_code(tmp_path, monkeypatch):
+@pytest.mark.parametrize("pool", ["threads", "processes"])
+def test_kernels_launch_without_building_c_code(pool, tmp_path, monkeypatch):
+    monkeypatch.setenv("FIRECLAY_TRITON_COMPILE_POOL", pool)
     builds = _c_builds(monkeypatch, tmp_path)
     for program_id in ("residual_norm_gelu", "softmax_rows_3000", "argmax_ties_2100"):
         fn, inputs, atol, rtol = next(p.values for p in PROGRAMS if p.id == program_id)

@@ -10,8 +10,11 @@
 * ``FIRECLAY_TRITON_PERSISTENT_LIMIT``: the longest reduction done in one tile (default 16384:
   on an H200 a 16384-point softmax row ran at 90% of copy bandwidth in one tile, 62% looped);
 * ``FIRECLAY_TRITON_PRECOMPILE``: ``0`` leaves every kernel to compile lazily at its first launch
-  (default: compiled at ``compile_program`` time, in parallel, on
-  ``FIRECLAY_TRITON_COMPILE_THREADS`` threads, default the CPU count);
+  (default: compiled at ``compile_program`` time, in parallel, ``FIRECLAY_TRITON_COMPILE_THREADS``
+  at a time, default the CPU count, in forked processes or threads:
+  ``FIRECLAY_TRITON_COMPILE_POOL``, see :func:`fireclay_triton.precompile.pool_kind`);
+* ``FIRECLAY_TRITON_DIRECT_LAUNCH``: ``0`` launches every kernel through Triton's
+  ``fn[grid](...)`` instead of fireclay's own driver calls (:mod:`fireclay_triton.cuda_launch`);
 * ``TRITON_INTERPRET=1`` (Triton's own, read when triton is imported): run kernels on CPU
   tensors in Triton's interpreter; math is then spelt without libdevice.
 """

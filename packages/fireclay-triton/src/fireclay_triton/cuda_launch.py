@@ -15,6 +15,8 @@ them that ``cuLaunchKernel`` reads; a launch writes each argument into its slot 
 Kernels that need what ``cuLaunchKernel`` alone cannot give (thread-block clusters, programmatic
 dependent launch, cooperative grids, a global scratch allocation, tensor-descriptor or 16-bit float
 parameters) are not loaded here (:func:`load` returns None) and go through Triton's own launcher.
+What a launch needs of a compiled kernel is a :class:`KernelBinary`, plain data a forked compile
+worker sends back.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -117,27 +120,47 @@ def _current_context(d: _Driver, device: int) -> None:
     d.check(d.ctx_set_current(ctx), "cuCtxSetCurrent")
 
 
-def unsupported(compiled: Any) -> str | None:
-    """Why a compiled kernel cannot be launched here (None: it can)."""
-    md = compiled.metadata
+@dataclass(frozen=True)
+class KernelBinary:
+    """What launching a compiled kernel needs, as plain (picklable) data: a forked compile worker
+    sends it back whole. ``signature``: Triton's type of each parameter of the ``@jit`` function
+    ("constexpr" for those specialized into the kernel); ``needs_triton``: why only Triton's
+    launcher can launch it (None: :class:`CudaKernel` can)."""
+
+    name: str
+    num_warps: int
+    shared: int
+    cubin: bytes
+    signature: tuple[tuple[str, str], ...]
+    needs_triton: str | None
+
+    @classmethod
+    def of(cls, compiled: Any) -> KernelBinary:
+        """The binary of a ``triton.compile`` result."""
+        md = compiled.metadata
+        signature = tuple((name, ty if isinstance(ty, str) else repr(ty)) for name, ty in compiled.src.signature.items())
+        return cls(md.name, md.num_warps, md.shared, compiled.asm["cubin"], signature, _needs_triton(md, signature))
+
+
+def _needs_triton(md: Any, signature: tuple[tuple[str, str], ...]) -> str | None:
     if getattr(md, "num_ctas", 1) != 1:
         return "thread-block clusters"
     if getattr(md, "launch_pdl", False) or getattr(md, "launch_cooperative_grid", False):
         return "a launch attribute"
     if getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0):
         return "a scratch allocation"
-    for ty in compiled.src.signature.values():
-        if not isinstance(ty, str) or not (ty == "constexpr" or ty.startswith("*") or ty in _SLOT_TYPES):
+    for _, ty in signature:
+        if not (ty == "constexpr" or ty.startswith("*") or ty in _SLOT_TYPES):
             return f"a parameter of type {ty}"
     return None
 
 
-def parameter_types(compiled: Any, arg_names: list[str], nargs: int) -> list[tuple[int, str]]:
+def parameter_types(binary: KernelBinary, arg_names: list[str], nargs: int) -> list[tuple[int, str]]:
     """(argument position, Triton type) of each parameter of the compiled kernel, in order, for a
     launch with the first ``nargs`` arguments of ``arg_names``: those Triton specialized into
     constants (an integer equal to 1, say) are not parameters. The kernel's two scratch pointers
     (global and profile) follow these."""
-    signature = compiled.src.signature
+    signature = dict(binary.signature)
     return [(position, signature[name]) for position, name in enumerate(arg_names[:nargs])
             if signature[name] != "constexpr"]
 
@@ -148,13 +171,12 @@ class CudaKernel:
 
     __slots__ = ("name", "function", "block", "shared", "_plan", "_slots", "_params", "_module")
 
-    def __init__(self, compiled: Any, arg_names: list[str], nargs: int, device: int):
+    def __init__(self, binary: KernelBinary, arg_names: list[str], nargs: int, device: int):
         d = driver()
-        md = compiled.metadata
-        self.name = md.name
-        self.block = 32 * md.num_warps
-        self.shared = md.shared
-        cubin = compiled.asm["cubin"]
+        self.name = binary.name
+        self.block = 32 * binary.num_warps
+        self.shared = binary.shared
+        cubin = binary.cubin
         _current_context(d, device)
         module, function = ctypes.c_void_p(), ctypes.c_void_p()
         d.check(d.module_load_data(ctypes.byref(module), ctypes.c_char_p(cubin)), f"loading kernel {self.name}")
@@ -171,7 +193,7 @@ class CudaKernel:
                 d.check(d.func_set_attribute(function, _ATTR_MAX_DYNAMIC_SHARED, optin.value - static.value),
                         "dynamic shared memory")
         plan, slots = [], []
-        for position, ty in parameter_types(compiled, arg_names, nargs):
+        for position, ty in parameter_types(binary, arg_names, nargs):
             slot = ctypes.c_uint64() if ty.startswith("*") else _SLOT_TYPES[ty]()
             slots.append(slot)
             plan.append((slot, position, ty.startswith("*")))
@@ -190,12 +212,11 @@ class CudaKernel:
             _DRIVER.check(result, f"launching kernel {self.name}")
 
 
-def load(compiled: Any, arg_names: list[str], nargs: int, device: int) -> CudaKernel | None:
-    """``compiled`` (a ``triton.compile`` result) loaded on ``device``, or None when it needs
-    Triton's launcher (see :func:`unsupported`)."""
-    if unsupported(compiled) is not None:
+def load(binary: KernelBinary, arg_names: list[str], nargs: int, device: int) -> CudaKernel | None:
+    """``binary`` loaded on ``device``, or None when it needs Triton's launcher."""
+    if binary.needs_triton is not None:
         return None
-    return CudaKernel(compiled, arg_names, nargs, device)
+    return CudaKernel(binary, arg_names, nargs, device)
 
 
 def enabled() -> bool:
@@ -207,7 +228,7 @@ def enabled() -> bool:
 # Kernels compiled ahead (fireclay_triton.precompile) wait here for the launches that need them,
 # keyed like ``DirectLaunch`` keys a launch: the function, its options (constexprs, warps, stages)
 # and the specialization (device; per argument: a tensor's 16-byte alignment, an integer's value).
-# A value of None: that launch goes through Triton's launcher (see ``unsupported``).
+# A value of None: that launch goes through Triton's launcher (``KernelBinary.needs_triton``).
 
 _STORE: dict[tuple, CudaKernel | None] = {}
 _STORE_LOCK = threading.Lock()

@@ -149,7 +149,7 @@ class DirectLaunch:
         found, kernel = cuda_launch.recall(self.fn, self.options, key)
         if not found:
             compiled = precompile.compile_kernel(self.fn, list(args), self.kwargs, precompile.cuda_target(device))
-            kernel = cuda_launch.load(compiled, self.arg_names, self.nargs, device)
+            kernel = cuda_launch.load(cuda_launch.KernelBinary.of(compiled), self.arg_names, self.nargs, device)
             cuda_launch.remember(self.fn, self.options, key, kernel)
         self.kernels[key] = kernel
         return kernel

@@ -62,3 +62,12 @@ def _work(device: int) -> None:
             cuda_launch.driver()
     except Exception as error:  # the real compile meets it again and reports it
         log.debug("fireclay-triton: warming up the compiler failed: %s: %s", type(error).__name__, error)
+
+
+def wait(timeout: float | None = None) -> None:
+    """Block until the warm-up started by :func:`prewarm` (if any) has finished, or ``timeout``
+    seconds passed (forked compile workers then inherit a warm compiler)."""
+    with _lock:
+        thread = _started[0] if _started else None
+    if thread is not None and thread.ident is not None:
+        thread.join(timeout)
