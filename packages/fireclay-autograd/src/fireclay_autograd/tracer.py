@@ -19,13 +19,13 @@ from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from fireclay_autograd.convert import scalar_type, tensor_meta, to_ir_atom
 from fireclay_autograd.decompose import decomposition_for
 from fireclay_autograd.executor import op_name
 from fireclay_autograd.fake import FakeMode, FakeTensor, fake_like, fake_of_meta, mode_for, sym_atom, value_of
 from fireclay_ir import Graph, InputSpec, IRError, ScalarType, TensorMeta, Value
+from fireclay_shapes.torch import CompilerDispatchMode
 
 # Meta keys of the torch-dialect node that are carried over onto every aten node it produces.
 CARRIED_META = ("source", "stack", "module")
@@ -38,7 +38,7 @@ class TracingError(RuntimeError):
     """An op could not be traced; the message names the op and the user's source line."""
 
 
-class AtenTracer(TorchDispatchMode):
+class AtenTracer(CompilerDispatchMode):
     """Records aten calls on :class:`FakeTensor` s into ``graph``.
 
     ``decompose``: replace non-core ops by their decompositions (see

@@ -6,6 +6,7 @@
 * :class:`CachedMetaKernels`: a dispatch mode answering functional ops on plain meta tensors
   from the cache of output types that fakes use too (repeated layers run their meta kernels
   once);
+* :class:`CompilerDispatchMode`: the base of the dispatch modes of fireclay's stages;
 * :class:`SymbolicNode`, :func:`make_symint`, :func:`expr_of`: torch's SymNode protocol over a
   :class:`fireclay_shapes.ShapeEnv`, so torch's own kernels compute with our symbols and their
   decisions become our guards.
@@ -19,9 +20,10 @@ except ImportError as e:
     raise ImportError("fireclay_shapes.torch is the torch adapter and needs torch installed "
                       "(pip install torch); the rest of fireclay_shapes works without it") from e
 
+from ._dispatch_mode import CompilerDispatchMode
 from ._fake import FakeMode, FakeTensor, UnsupportedOpError, fake_from_real
 from ._meta_cache import CachedMetaKernels
 from ._symnode import SymbolicNode, expr_of, make_symbool, make_symint
 
-__all__ = ["CachedMetaKernels", "FakeMode", "FakeTensor", "SymbolicNode", "UnsupportedOpError", "expr_of",
+__all__ = ["CachedMetaKernels", "CompilerDispatchMode", "FakeMode", "FakeTensor", "SymbolicNode", "UnsupportedOpError", "expr_of",
            "fake_from_real", "make_symbool", "make_symint"]

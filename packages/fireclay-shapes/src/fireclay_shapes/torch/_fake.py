@@ -21,12 +21,12 @@ from collections.abc import Sequence
 
 import sympy
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from .._env import DataDependentError, ShapeEnv
 from .._expr import ShapeError, parse
 from . import _meta_cache
+from ._dispatch_mode import CompilerDispatchMode
 from ._symnode import make_symint
 
 aten = torch.ops.aten
@@ -178,7 +178,7 @@ _COPY_OPS = {aten._to_copy.default, aten.copy_.default, aten.copy.default, aten.
              aten._copy_from_and_resize.default}
 
 
-class FakeMode(TorchDispatchMode):
+class FakeMode(CompilerDispatchMode):
     """While active, factory functions (``torch.empty``, ``torch.randn(..., device="cuda")``)
     make fakes, and real tensors meeting fakes are turned into fakes (constants; their data is
     not kept) unless ``allow_real_inputs=False``.

@@ -27,7 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._dispatch_mode import CompilerDispatchMode
 
 _LIMIT = 4096
 _entries: dict[tuple, Any] = {}
@@ -136,7 +137,7 @@ def new_meta(size, stride, offset: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty((offset + extent,), dtype=dtype, device="meta").as_strided(size, stride, offset)
 
 
-class CachedMetaKernels(TorchDispatchMode):
+class CachedMetaKernels(CompilerDispatchMode):
     """While active, functional aten ops on plain meta tensors answer from the cache (see the
     module docstring), and fill it. It sits below autograd, which still gives the results
     their ``requires_grad`` and history; only the meta kernels' work is skipped."""
