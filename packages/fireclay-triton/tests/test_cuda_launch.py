@@ -80,3 +80,31 @@ def test_launch_parameters_are_the_compiled_kernels(tmp_path, n, m, scale, big):
     ones = {index for index, value in zip((2, 3, 5), (n, m, big)) if value == 1}
     # an integer equal to 1 is specialized into the kernel; every other argument is passed
     assert set(positions) == {0, 1, 2, 3, 4, 5} - ones
+
+
+def test_a_compile_jobs_key_is_the_key_of_its_launch():
+    # kernels compiled ahead are found by the launches they were compiled for: a job's dtype
+    # stands for a 16-byte aligned tensor, integers key by value
+    import torch
+
+    from fireclay_triton.cuda_launch import job_key, launch_key
+
+    base = torch.empty(64, dtype=torch.float32)
+    aligned = base[:32] if base.data_ptr() % 16 == 0 else base[1:33]
+    assert aligned.data_ptr() % 16 == 0
+    misaligned = aligned[1:]
+    assert launch_key(0, (aligned, aligned, 100, 1)) == job_key(0, (torch.float32, torch.float16, 100, 1))
+    assert launch_key(0, (misaligned, aligned, 100, 1)) != job_key(0, (torch.float32, torch.float32, 100, 1))
+    assert launch_key(0, (aligned, 101)) != job_key(0, (torch.float32, 100))
+    assert launch_key(1, (aligned, 100)) != job_key(0, (torch.float32, 100))
+
+
+def test_prewarm_needs_a_gpu():
+    import torch
+
+    from fireclay_triton import prewarm
+    from fireclay_triton.config import interpreting
+
+    if torch.cuda.is_available() and not interpreting():
+        pytest.skip("a GPU is here: prewarm starts its thread")
+    assert prewarm() is None

@@ -148,3 +148,54 @@ def test_kernel_source_is_the_same_in_every_process():
         assert done.returncode == 0, done.stderr[-3000:]
         digests.add(done.stdout.strip().splitlines()[-1])
     assert len(digests) == 1
+
+
+def _hang(index):  # a forked worker that never finishes
+    import time
+
+    time.sleep(60)
+
+
+def _fail_or_compile(index):  # even jobs compile, odd ones fail
+    return (None if index % 2 == 0 else f"job{index}: failed"), None
+
+
+def test_a_stuck_forked_pool_is_stopped_and_reported_as_broken(monkeypatch):
+    import multiprocessing
+    import time
+
+    from fireclay_triton import precompile
+
+    monkeypatch.setattr(precompile, "_compile_forked", _hang)
+    monkeypatch.setattr(precompile, "FORKED_TIMEOUT_S", 1.0)
+    jobs = [precompile.CompileJob(f"k{i}", None, (i,), ()) for i in range(3)]
+    start = time.monotonic()
+    assert precompile._forked_compile(jobs, target=None, workers=2) is None  # the caller compiles in-process
+    assert time.monotonic() - start < 30
+    deadline = time.monotonic() + 10
+    while multiprocessing.active_children() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not multiprocessing.active_children(), "the stuck workers were left running"
+
+
+def test_forked_results_come_back_per_job(monkeypatch):
+    from fireclay_triton import precompile
+
+    monkeypatch.setattr(precompile, "_compile_forked", _fail_or_compile)
+    jobs = [precompile.CompileJob(f"k{i}", None, (i,), ()) for i in range(5)]
+    found = precompile._forked_compile(jobs, target=None, workers=2)
+    assert [found[j][0] for j in jobs] == [None, "job1: failed", None, "job3: failed", None]
+
+
+@pytest.mark.parametrize("env,workers,jobs,expected", [
+    (None, 16, 10, "processes"), (None, 2, 10, "threads"), (None, 16, 1, "threads"),
+    ("threads", 16, 10, "threads"), ("processes", 2, 10, "processes"), ("bogus", 16, 10, "processes"),
+])
+def test_compile_pool_choice(monkeypatch, env, workers, jobs, expected):
+    from fireclay_triton.precompile import pool_kind
+
+    if env is None:
+        monkeypatch.delenv("FIRECLAY_TRITON_COMPILE_POOL", raising=False)
+    else:
+        monkeypatch.setenv("FIRECLAY_TRITON_COMPILE_POOL", env)
+    assert pool_kind(workers, jobs) == expected
