@@ -131,6 +131,23 @@ def pool_kind(workers: int | None = None, jobs: int = 2) -> str:
     return "processes" if (workers or default_workers()) >= 4 and jobs > 1 and hasattr(os, "fork") else "threads"
 
 
+def _failure(job: CompileJob, error: BaseException) -> str:
+    """A failed job as the report lists it (the kernel's name first)."""
+    return f"{job.name}: {type(error).__name__}: {str(error).strip()[:300]}"
+
+
+def _forking(pool: str | None, report: PrecompileReport, jobs: list[CompileJob]) -> bool:
+    """Whether ``jobs`` compile in forked workers (``pool``, else :func:`pool_kind`)."""
+    return (bool(jobs) and report.workers > 1 and hasattr(os, "fork")
+            and (pool or pool_kind(report.workers, len(jobs))) == "processes")
+
+
+def _keep(job: CompileJob, binary: cuda_launch.KernelBinary, device: int) -> None:
+    """Load ``job``'s binary on ``device`` where the launch it was compiled for will find it."""
+    cuda_launch.remember(job.fn, job.options, cuda_launch.job_key(device, job.args),
+                         cuda_launch.load(binary, job.fn.arg_names, len(job.args), device))
+
+
 def precompile_on_device(jobs: list[CompileJob], workers: int | None = None, pool: str | None = None,
                          device: int | None = None) -> PrecompileReport:
     """Compile ``jobs`` for CUDA ``device`` (default: the current one), ``workers`` at a time, and
@@ -147,7 +164,7 @@ def precompile_on_device(jobs: list[CompileJob], workers: int | None = None, poo
         return _count(report)
     device = torch.cuda.current_device() if device is None else device
     target = cuda_target(device)
-    if (pool or pool_kind(report.workers, len(jobs))) == "processes" and report.workers > 1 and hasattr(os, "fork"):
+    if _forking(pool, report, jobs):
         # forked workers compile and send each binary back; this process only loads them
         forked = _forked_compile(jobs, target, report.workers, binaries=True)
         if forked is not None:
@@ -156,23 +173,18 @@ def precompile_on_device(jobs: list[CompileJob], workers: int | None = None, poo
                     report.failures.append(error)
                     continue
                 try:
-                    kernel = cuda_launch.load(binary, job.fn.arg_names, len(job.args), device)
+                    _keep(job, binary, device)
                 except Exception as failure:  # reported; the launch compiles again and names the kernel
-                    report.failures.append(f"{job.name}: {type(failure).__name__}: {str(failure).strip()[:300]}")
-                    continue
-                cuda_launch.remember(job.fn, job.options, cuda_launch.job_key(device, job.args), kernel)
+                    report.failures.append(_failure(job, failure))
             report.seconds = time.perf_counter() - start
             return _count(report)
 
     def one(job: CompileJob) -> str | None:
         try:
-            compiled = _target_compile(job, target)
-            cuda_launch.remember(job.fn, job.options, cuda_launch.job_key(device, job.args),
-                                 cuda_launch.load(cuda_launch.KernelBinary.of(compiled), job.fn.arg_names,
-                                                  len(job.args), device))
+            _keep(job, cuda_launch.KernelBinary.of(_target_compile(job, target)), device)
             return None
         except Exception as error:  # reported; the launch compiles again and names the kernel
-            return f"{job.name}: {type(error).__name__}: {str(error).strip()[:300]}"
+            return _failure(job, error)
 
     if report.workers == 1 or len(jobs) == 1:
         results = [one(j) for j in jobs]
@@ -188,7 +200,7 @@ def _precompile_through_triton(jobs: list[CompileJob], report: PrecompileReport,
     """With launches going through Triton's ``fn[grid]`` (``FIRECLAY_TRITON_DIRECT_LAUNCH=0``):
     compile through Triton's ``warmup`` into the in-memory cache that launch reads, and build
     each signature's host launcher."""
-    if (pool or pool_kind(report.workers, len(jobs))) == "processes" and report.workers > 1 and hasattr(os, "fork"):
+    if _forking(pool, report, jobs):
         forked = _forked_compile(jobs, cuda_target(torch.cuda.current_device()), report.workers) or {}
         report.failures += [error for error, _ in forked.values() if error]
         jobs = [j for j in jobs if not forked.get(j, (None,))[0]]
@@ -207,7 +219,7 @@ def _precompile_through_triton(jobs: list[CompileJob], report: PrecompileReport,
             for j, future in pending:
                 error = getattr(getattr(future, "future", None), "exception", lambda: None)()
                 if error is not None:
-                    report.failures.append(f"{j.name}: {type(error).__name__}: {str(error).strip()[:300]}")
+                    report.failures.append(_failure(j, error))
                 else:
                     kernels.append(future.result(ignore_errors=True) if hasattr(future, "result") else future)
     build_launchers(kernels, report.workers)
@@ -253,7 +265,7 @@ def _warm(job: CompileJob, report: PrecompileReport) -> Any:
     try:
         return job.fn.warmup(*_mock_args(job.args), grid=(1,), **job.kwargs)
     except Exception as error:  # reported; the launch compiles lazily and names the kernel
-        report.failures.append(f"{job.name}: {type(error).__name__}: {str(error).strip()[:300]}")
+        report.failures.append(_failure(job, error))
         return None
 
 
@@ -303,7 +315,7 @@ def _compile_forked(index: int) -> tuple[str | None, cuda_launch.KernelBinary | 
         compiled = _target_compile(job, _FORKED_TARGET[0])
         return None, (cuda_launch.KernelBinary.of(compiled) if _FORKED_BINARIES[0] else None)
     except Exception as error:
-        return f"{job.name}: {type(error).__name__}: {str(error).strip()[:300]}", None
+        return _failure(job, error), None
 
 
 def _forked_compile(jobs: list[CompileJob], target: Any, workers: int, binaries: bool = False
@@ -346,7 +358,7 @@ def compile_for_target(jobs: list[CompileJob], target: Any, workers: int | None 
     report = PrecompileReport(jobs=len(jobs), workers=workers or default_workers())
     start = time.perf_counter()
     forked = None
-    if (pool or pool_kind(report.workers, len(jobs))) == "processes" and report.workers > 1 and jobs and hasattr(os, "fork"):
+    if _forking(pool, report, jobs):
         forked = _forked_compile(jobs, target, report.workers)
     if forked is not None:
         report.failures = [error for error, _ in forked.values() if error]
@@ -358,7 +370,7 @@ def compile_for_target(jobs: list[CompileJob], target: Any, workers: int | None 
             _target_compile(job, target)
             return None
         except Exception as error:
-            return f"{job.name}: {type(error).__name__}: {str(error).strip()[:300]}"
+            return _failure(job, error)
 
     if report.workers == 1:
         results = [one(j) for j in jobs]
