@@ -19,7 +19,9 @@ interpreter. The ``ahead`` columns are the seconds spent compiling kernels ahead
 ``threads`` workers) and the number of kernel/config compilations; ``--pools threads,processes``
 measures fireclay with each compile pool (``FIRECLAY_TRITON_COMPILE_POOL``; ``auto``: the default). ``--profile N``
 prints, for each cold fireclay measurement, the N functions of its main thread with the largest
-cumulative time (cProfile), to see which stage the seconds go to.
+cumulative time (cProfile), to see which stage the seconds go to; ``--timeline`` prints, for each
+cold fireclay measurement, when each stage started and ended on which thread (seconds from the
+compile call).
 """
 
 from __future__ import annotations
@@ -52,7 +54,62 @@ def _profiled(fn, top: int):
     return result
 
 
-def _child(model: str, backend: str, preset: str, threads: int | None) -> dict:
+# (module, attribute) of the stages --timeline shows; a dotted attribute is a method of a class
+TIMELINE_STAGES = (
+    ("fireclay_capture.api", "CapturedFunction._capture"),
+    ("fireclay.backends.builtin", "compile_program"),
+    ("fireclay.backends.builtin", "scheduled_program"),
+    ("fireclay_triton", "compile_program"),
+    ("fireclay_triton.api", "_compile_ahead"),
+    ("fireclay_triton.compile_server", "CompileServer.compile"),
+    ("fireclay_triton.compile_server", "_warm_up"),
+    ("fireclay_triton.compile_server", "_compile_spec"),
+    ("triton.runtime.cache", "triton_key"),
+    ("triton", "compile"),
+    ("fireclay_triton.warmup", "_work"),
+    ("fireclay_triton.runtime", "Launcher._tune"),
+    ("fireclay.tiered", "TieredGraph._switch"),
+)
+
+
+def _record_timeline(events: list, origin: list) -> None:
+    """Wrap each of TIMELINE_STAGES so that its calls append (thread, stage, start, end) to
+    ``events``, in seconds from ``origin[0]``; calls in forked processes (the compile server and
+    its workers) print their line to stderr at once, their process id for the thread."""
+    import importlib
+    import threading
+
+    pid = os.getpid()
+
+    def timed_stage(fn, label):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end = time.perf_counter()
+                if os.getpid() == pid:
+                    events.append((threading.current_thread().name, label, start - origin[0], end - origin[0]))
+                else:
+                    print(_timeline_line((f"process {os.getpid()}", label, start - origin[0], end - origin[0])),
+                          file=sys.stderr, flush=True)
+        return wrapper
+
+    for module_name, attr in TIMELINE_STAGES:
+        owner = importlib.import_module(module_name)
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        setattr(owner, name, timed_stage(getattr(owner, name), f"{module_name}.{attr}"))
+
+
+def _timeline_line(event: tuple) -> str:
+    thread, stage, start, end = event
+    return f"{start:7.3f} {end:7.3f} {end - start:7.3f}  {thread:32.32} {stage}"
+
+
+def _child(model: str, backend: str, preset: str, threads: int | None, timeline: bool = False) -> dict:
     """One measurement, in this (fresh) process; returns what the parent prints."""
     sys.path.insert(0, ROOT)
     import torch
@@ -69,7 +126,13 @@ def _child(model: str, backend: str, preset: str, threads: int | None) -> dict:
     module = fresh_copy(built.module, device)
     import fireclay  # imported untimed, like torch; each backend's compile call is timed
 
+    events: list = []
+    origin = [0.0]
+    if timeline and backend != "inductor":
+        _record_timeline(events, origin)
+
     def wrap():
+        origin[0] = time.perf_counter()
         if backend == "inductor":
             return torch.compile(module)  # imports TorchDynamo
         return fireclay.compile(module) if gpu else fireclay.compile(module, backend=_target_only_backend())
@@ -84,6 +147,8 @@ def _child(model: str, backend: str, preset: str, threads: int | None) -> dict:
 
         settle_s, _ = timed(lambda: run_until_compiled(lambda: step(inputs), fireclay.wait_compiled), device)
         compiled_s += settle_s
+    for event in sorted(events, key=lambda e: e[2]):
+        print(_timeline_line(event), file=sys.stderr)
     from fireclay_triton import precompile
 
     return {"seconds": seconds, "compiled_s": compiled_s, "ahead_s": precompile.TOTALS["seconds"],
@@ -114,7 +179,7 @@ def _target_only_backend():
 
 
 def _measure(model: str, backend: str, preset: str, caches: dict[str, str], threads: int | None,
-             profile: int = 0) -> dict:
+             profile: int = 0, timeline: bool = False) -> dict:
     env = dict(os.environ, **caches)
     backend, _, pool = backend.partition("/")
     if pool and pool != "auto":
@@ -126,10 +191,12 @@ def _measure(model: str, backend: str, preset: str, caches: dict[str, str], thre
         cmd += ["--threads", str(threads)]
     if profile:
         cmd += ["--profile", str(profile)]
+    if timeline:
+        cmd += ["--timeline"]
     start = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    if profile:
+    if profile or timeline:
         print(f"-- profile of {model} on {backend}/{env.get('FIRECLAY_TRITON_COMPILE_POOL', 'threads')}", file=sys.stderr)
         print(done.stderr, file=sys.stderr)
     lines = done.stdout.strip().splitlines()
@@ -147,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pools", default="auto",
                         help="fireclay's compile pools to measure, comma-separated: auto (its default), threads, processes")
     parser.add_argument("--profile", type=int, default=0, help="print each cold fireclay child's top N functions")
+    parser.add_argument("--timeline", action="store_true",
+                        help="print each cold fireclay child's stages: start, end, seconds, thread")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--backend", default="fireclay", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -155,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.is_available()
     preset = args.preset or ("large" if gpu else "small")
     if args.child:
-        measure = functools.partial(_child, args.child, args.backend, preset, args.threads)
+        measure = functools.partial(_child, args.child, args.backend, preset, args.threads, args.timeline)
         print(json.dumps(_profiled(measure, args.profile) if args.profile else measure()))
         return 0
     backends = [f"fireclay/{pool}" for pool in args.pools.split(",")] + (["inductor"] if args.inductor and gpu else [])
@@ -167,13 +236,13 @@ def main(argv: list[str] | None = None) -> int:
         for backend in backends:
             with tempfile.TemporaryDirectory(prefix="compile-time-") as tmp:
                 caches = {name: os.path.join(tmp, name.lower()) for name in CACHE_ENV}
-                cold = _measure(model, backend, preset, caches, args.threads,
-                                args.profile if backend.startswith("fireclay") else 0)
+                ours = backend.startswith("fireclay")
+                cold = _measure(model, backend, preset, caches, args.threads, args.profile if ours else 0,
+                                args.timeline and ours)
                 warm = _measure(model, backend, preset, caches, args.threads)
             if "error" in cold or "error" in warm:
                 print(f"| {model} | {backend} | | failed: {cold.get('error') or warm.get('error')} | | | | |")
                 continue
-            ours = backend.startswith("fireclay")
             ahead = f"{cold['ahead_s']:.2f}/{warm['ahead_s']:.2f} ({cold['threads']})" if ours else "-"
             jobs = f"{cold['jobs']}/{warm['jobs']}" if ours else "-"
             print(f"| {model} | {backend} | {cold['device']} | {cold['seconds']:.2f} | {cold['compiled_s']:.2f} "

@@ -108,3 +108,34 @@ def test_prewarm_needs_a_gpu():
     if torch.cuda.is_available() and not interpreting():
         pytest.skip("a GPU is here: prewarm starts its thread")
     assert prewarm() is None
+
+
+def test_binaries_kept_ahead_load_at_their_first_launch(monkeypatch):
+    import torch
+
+    from fireclay_triton import cuda_launch
+
+    binary = cuda_launch.KernelBinary("k", 4, 0, b"cubin", (("ptr0", "*fp32"), ("n", "i32")), None)
+    loads = []
+
+    def load(b, arg_names, nargs, device):
+        loads.append((b.name, tuple(arg_names), nargs, device))
+        if b.name == "refused":
+            raise cuda_launch.LaunchError("the driver refused it")
+        return f"loaded {b.name}"
+
+    monkeypatch.setattr(cuda_launch, "load", load)
+    fn, options = object(), (("XBLOCK", 128),)
+    key = cuda_launch.job_key(0, (torch.float32, 7))
+    cuda_launch.remember_binary(fn, options, key, binary, ["ptr0", "n"], 2, 0)
+    assert loads == []  # nothing loaded while compiling ahead
+    assert cuda_launch.recall(fn, options, key) == (True, "loaded k")
+    assert cuda_launch.recall(fn, options, key) == (True, "loaded k")
+    assert loads == [("k", ("ptr0", "n"), 2, 0)]  # once
+    assert cuda_launch.recall(fn, options, cuda_launch.job_key(0, (torch.float32, 8))) == (False, None)
+
+    refused = cuda_launch.KernelBinary("refused", 4, 0, b"", (), None)
+    cuda_launch.remember_binary(fn, options, key, refused, ["ptr0", "n"], 2, 0)
+    assert cuda_launch.recall(fn, options, key) == (False, None)  # the launch compiles it itself
+    assert cuda_launch.recall(fn, options, key) == (False, None)
+    assert len(loads) == 2

@@ -26,7 +26,13 @@ def _target_compile(workers, ids, cache, triton_cache):
     done = subprocess.run([sys.executable, os.path.join(HERE, "target_compile_worker.py"), str(workers), *ids],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    # the compile server's warm-up kernel (a GPU compiles ahead through the server in any case)
+    warm_up = [path for path in found["cubins"] if path.endswith("/first_kernel.cubin")]
+    found["warmed_up"] = bool(warm_up)
+    for path in warm_up:
+        del found["cubins"][path]
+    return found
 
 
 @pytest.mark.parametrize("kind,numel,rnumel,columns", [
@@ -87,9 +93,10 @@ def test_parallel_target_compile_matches_serial_and_warm_cache_compiles_nothing(
     assert warm["cubins"] == parallel["cubins"] and not warm["failures"]  # nothing written again
 
 
-def test_forked_workers_compile_and_name_a_kernel_that_does_not_compile(tmp_path):
+def test_the_compile_server_compiles_and_names_a_kernel_that_does_not_compile(tmp_path):
     found = _target_compile("p2", ["split", "broken"], tmp_path / "a", tmp_path / "ta")
     assert len(found["failures"]) == 1 and found["failures"][0].startswith("broken_kernel: CompilationError")
+    assert found["warmed_up"]  # the server warmed up first
     assert found["jobs"] - 1 == len(found["cubins"]) >= 4  # the others compiled
 
 
@@ -150,52 +157,90 @@ def test_kernel_source_is_the_same_in_every_process():
     assert len(digests) == 1
 
 
-def _hang(index):  # a forked worker that never finishes
+def _hang(spec, target, binaries):  # a compile that never finishes
     import time
 
     time.sleep(60)
 
 
-def _fail_or_compile(index):  # even jobs compile, odd ones fail
-    return (None if index % 2 == 0 else f"job{index}: failed"), None
+def _fail_or_compile(spec, target, binaries):  # jobs with an even first argument compile, odd ones fail
+    return (None if spec.args[0] % 2 == 0 else f"{spec.name}: failed"), None
 
 
-def test_a_stuck_forked_pool_is_stopped_and_reported_as_broken(monkeypatch):
-    import multiprocessing
+def _jobs(n):
+    from fireclay_triton.precompile import CompileJob
+    from fireclay_triton.warmup import first_kernel
+
+    return [CompileJob(f"k{i}", first_kernel, (i,), ()) for i in range(n)]
+
+
+def _group_alive(pgid):
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_a_stuck_compile_server_is_stopped_with_its_workers(monkeypatch, jobs):
     import time
 
-    from fireclay_triton import precompile
+    from fireclay_triton import compile_server
 
-    monkeypatch.setattr(precompile, "_compile_forked", _hang)
-    monkeypatch.setattr(precompile, "FORKED_TIMEOUT_S", 1.0)
-    jobs = [precompile.CompileJob(f"k{i}", None, (i,), ()) for i in range(3)]
+    monkeypatch.setattr(compile_server, "_compile_spec", _hang)  # before the fork: the server inherits it
+    monkeypatch.setattr(compile_server, "TIMEOUT_S", 2.0)
+    server = compile_server.CompileServer(target=None, workers=2)
+    pgid = server.pid
     start = time.monotonic()
-    assert precompile._forked_compile(jobs, target=None, workers=2) is None  # the caller compiles in-process
+    assert server.compile(_jobs(jobs)) is None  # the caller compiles in its own process
     assert time.monotonic() - start < 30
+    assert not server.alive and server.compile(_jobs(1)) is None
     deadline = time.monotonic() + 10
-    while multiprocessing.active_children() and time.monotonic() < deadline:
+    while _group_alive(pgid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not multiprocessing.active_children(), "the stuck workers were left running"
+    assert not _group_alive(pgid), "the server or its workers were left running"
 
 
-def test_forked_results_come_back_per_job(monkeypatch):
-    from fireclay_triton import precompile
+@pytest.mark.parametrize("workers", [1, 3])
+def test_server_results_come_back_per_job_in_order(monkeypatch, workers):
+    from fireclay_triton import compile_server
 
-    monkeypatch.setattr(precompile, "_compile_forked", _fail_or_compile)
-    jobs = [precompile.CompileJob(f"k{i}", None, (i,), ()) for i in range(5)]
-    found = precompile._forked_compile(jobs, target=None, workers=2)
-    assert [found[j][0] for j in jobs] == [None, "job1: failed", None, "job3: failed", None]
+    monkeypatch.setattr(compile_server, "_compile_spec", _fail_or_compile)
+    server = compile_server.CompileServer(target=None, workers=workers)
+    try:
+        for n in (5, 1, 4):  # several requests to one server, each answered in order
+            found = server.compile(_jobs(n))
+            assert found == [(None, None) if i % 2 == 0 else (f"k{i}: failed", None) for i in range(n)]
+    finally:
+        server.stop()
+    assert not server.alive
 
 
-@pytest.mark.parametrize("env,workers,jobs,expected", [
-    (None, 16, 10, "processes"), (None, 2, 10, "threads"), (None, 16, 1, "threads"),
-    ("threads", 16, 10, "threads"), ("processes", 2, 10, "processes"), ("bogus", 16, 10, "processes"),
+def test_a_broken_server_is_not_restarted(monkeypatch):
+    from fireclay_triton import compile_server
+
+    compile_server.stop_all()
+    monkeypatch.setattr(compile_server, "_compile_spec", _hang)
+    monkeypatch.setattr(compile_server, "TIMEOUT_S", 1.0)
+    try:
+        first = compile_server.server(("target", 1), 2)
+        assert first is not None and compile_server.server(("target", 1), 2) is first
+        assert first.compile(_jobs(1)) is None
+        assert compile_server.server(("target", 1), 2) is None
+    finally:
+        compile_server.stop_all()
+
+
+@pytest.mark.parametrize("env,workers,expected", [
+    (None, 16, "processes"), (None, 2, "threads"), (None, 4, "processes"),
+    ("threads", 16, "threads"), ("processes", 2, "processes"), ("bogus", 16, "processes"),
 ])
-def test_compile_pool_choice(monkeypatch, env, workers, jobs, expected):
+def test_compile_pool_choice(monkeypatch, env, workers, expected):
     from fireclay_triton.precompile import pool_kind
 
     if env is None:
         monkeypatch.delenv("FIRECLAY_TRITON_COMPILE_POOL", raising=False)
     else:
         monkeypatch.setenv("FIRECLAY_TRITON_COMPILE_POOL", env)
-    assert pool_kind(workers, jobs) == expected
+    assert pool_kind(workers) == expected

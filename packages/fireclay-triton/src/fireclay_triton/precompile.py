@@ -6,16 +6,17 @@ its first call there. Here every launch a program will make on its first call (e
 config its autotuning will try) is described as a :class:`CompileJob` at ``compile_program``
 time, and compiled ahead:
 
-* on a GPU, through ``triton.compile`` for the device's target, on a thread pool, each binary
-  then loaded for fireclay's own launches (:mod:`fireclay_triton.cuda_launch`), so the first call
-  launches without compiling, and without Triton's driver utilities or host launchers, which
-  Triton builds with the C compiler. Much of a compile runs outside the GIL (ptxas is a
-  subprocess, the MLIR passes are native): 2 threads compiled about 1.6x as fast as one on a
-  2-core machine. ``FIRECLAY_TRITON_COMPILE_POOL=processes`` (forked workers) avoids the GIL
-  altogether at the cost of the forks: on a 16-core H200 host BERT's 39 compilations took 3.7 s
-  on 16 threads and 2.0 s in 16 processes, while small programs (8 to 13) were as fast or faster
-  on threads. With ``FIRECLAY_TRITON_DIRECT_LAUNCH=0`` launches go through Triton's
-  ``fn[grid]``, and compiling ahead goes through Triton's ``warmup`` into the cache it reads;
+* on a GPU, through ``triton.compile`` for the device's target, each binary then loaded for
+  fireclay's own launches (:mod:`fireclay_triton.cuda_launch`), so the first call launches
+  without compiling, and without Triton's driver utilities or host launchers, which Triton builds
+  with the C compiler. Where the machine has 4 CPUs or more, the compiling is done by this
+  process's compile server (:mod:`fireclay_triton.compile_server`: a forked process, warm before
+  the first job comes when the fireclay backend started it, compiling a batch in forked workers),
+  so that the Python front end of each compile never contends for this process's GIL; else on a
+  thread pool (much of a compile runs outside the GIL: ptxas is a subprocess, the MLIR passes
+  are native; 2 threads compiled about 1.6x as fast as one on a 2-core machine). With
+  ``FIRECLAY_TRITON_DIRECT_LAUNCH=0`` launches go through Triton's ``fn[grid]``, and compiling
+  ahead goes through Triton's ``warmup`` into the cache it reads;
 * for a named target without a GPU (:func:`compile_for_target`, what ``scripts/compile_time.py``
   measures on a CPU machine), through ``triton.compile`` with the specialization the launch would
   compute, which fills Triton's on-disk cache.
@@ -28,7 +29,6 @@ The interpreter (``TRITON_INTERPRET=1``) has nothing to compile and keeps the la
 from __future__ import annotations
 
 import os
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from fireclay_triton import cuda_launch, warmup
+from fireclay_triton import compile_server, cuda_launch, triton_key
 from fireclay_triton.autotune import LaunchConfig, next_pow2
 
 
@@ -113,39 +113,46 @@ def _unique(jobs: list[CompileJob]) -> list[CompileJob]:
     return list(seen.values())
 
 
-def _mock_args(args: tuple) -> list[Any]:
+def mock_args(args: tuple) -> list[Any]:
+    """A job's arguments as ``triton.compile`` takes them: a ``MockTensor`` for each dtype."""
     from triton.runtime.jit import MockTensor
 
     return [MockTensor(a) if isinstance(a, torch.dtype) else a for a in args]
 
 
-def pool_kind(workers: int | None = None, jobs: int = 2) -> str:
-    """``FIRECLAY_TRITON_COMPILE_POOL``: ``threads`` or ``processes`` (forked workers compile and
-    send the binaries back: no GIL between the workers, at the cost of a fork per worker).
-    Default: processes for several jobs on a machine of at least 4 usable CPUs (an H100 host, 16
-    CPUs, fresh caches: BERT's compiled kernels in use 2.38 s after the first call on threads,
-    1.62 s in processes; MLP, one job, the same), threads otherwise."""
+def pool_kind(workers: int | None = None) -> str:
+    """``FIRECLAY_TRITON_COMPILE_POOL``: ``threads`` (in this process) or ``processes`` (the
+    compile server, :mod:`fireclay_triton.compile_server`). Default: processes on a machine of at
+    least 4 usable CPUs that can fork (an H100 host, 16 CPUs, fresh caches: BERT's compiled
+    kernels in use 2.38 s after the first call on threads, 1.62 s in forked workers of this
+    process), threads otherwise."""
     kind = os.environ.get("FIRECLAY_TRITON_COMPILE_POOL")
     if kind in ("threads", "processes"):
         return kind
-    return "processes" if (workers or default_workers()) >= 4 and jobs > 1 and hasattr(os, "fork") else "threads"
+    return "processes" if (workers or default_workers()) >= 4 and hasattr(os, "fork") else "threads"
 
 
-def _failure(job: CompileJob, error: BaseException) -> str:
+def describe_failure(job: Any, error: BaseException) -> str:
     """A failed job as the report lists it (the kernel's name first)."""
     return f"{job.name}: {type(error).__name__}: {str(error).strip()[:300]}"
 
 
-def _forking(pool: str | None, report: PrecompileReport, jobs: list[CompileJob]) -> bool:
-    """Whether ``jobs`` compile in forked workers (``pool``, else :func:`pool_kind`)."""
-    return (bool(jobs) and report.workers > 1 and hasattr(os, "fork")
-            and (pool or pool_kind(report.workers, len(jobs))) == "processes")
+def _served(jobs: list[CompileJob], target: Any, workers: int, pool: str | None,
+            binaries: bool) -> dict[CompileJob, compile_server.Result] | None:
+    """Each job's (error, binary) from the compile server for ``target``, when ``pool`` (else
+    :func:`pool_kind`) says processes; None when jobs compile in this process (threads, or a
+    server that cannot start or broke)."""
+    if not jobs or not hasattr(os, "fork") or (pool or pool_kind(workers)) != "processes":
+        return None
+    server = compile_server.server(target, workers)
+    results = server.compile(jobs, binaries) if server is not None else None
+    return dict(zip(jobs, results)) if results is not None else None
 
 
 def _keep(job: CompileJob, binary: cuda_launch.KernelBinary, device: int) -> None:
-    """Load ``job``'s binary on ``device`` where the launch it was compiled for will find it."""
-    cuda_launch.remember(job.fn, job.options, cuda_launch.job_key(device, job.args),
-                         cuda_launch.load(binary, job.fn.arg_names, len(job.args), device))
+    """Keep ``job``'s binary where the launch it was compiled for will find (and load) it."""
+    cuda_launch.remember_binary(job.fn, job.options, cuda_launch.job_key(device, job.args), binary,
+                                job.fn.arg_names, len(job.args), device)
 
 
 def precompile_on_device(jobs: list[CompileJob], workers: int | None = None, pool: str | None = None,
@@ -164,27 +171,25 @@ def precompile_on_device(jobs: list[CompileJob], workers: int | None = None, poo
         return _count(report)
     device = torch.cuda.current_device() if device is None else device
     target = cuda_target(device)
-    if _forking(pool, report, jobs):
-        # forked workers compile and send each binary back; this process only loads them
-        forked = _forked_compile(jobs, target, report.workers, binaries=True)
-        if forked is not None:
-            for job, (error, binary) in forked.items():
-                if error:
-                    report.failures.append(error)
-                    continue
-                try:
-                    _keep(job, binary, device)
-                except Exception as failure:  # reported; the launch compiles again and names the kernel
-                    report.failures.append(_failure(job, failure))
-            report.seconds = time.perf_counter() - start
-            return _count(report)
+    served = _served(jobs, target, report.workers, pool, binaries=True)
+    if served is not None:  # the server compiled them; this process only loads the binaries
+        for job, (error, binary) in served.items():
+            if error:
+                report.failures.append(error)
+                continue
+            try:
+                _keep(job, binary, device)
+            except Exception as failure:  # reported; the launch compiles again and names the kernel
+                report.failures.append(describe_failure(job, failure))
+        report.seconds = time.perf_counter() - start
+        return _count(report)
 
     def one(job: CompileJob) -> str | None:
         try:
             _keep(job, cuda_launch.KernelBinary.of(_target_compile(job, target)), device)
             return None
         except Exception as error:  # reported; the launch compiles again and names the kernel
-            return _failure(job, error)
+            return describe_failure(job, error)
 
     if report.workers == 1 or len(jobs) == 1:
         results = [one(j) for j in jobs]
@@ -200,10 +205,10 @@ def _precompile_through_triton(jobs: list[CompileJob], report: PrecompileReport,
     """With launches going through Triton's ``fn[grid]`` (``FIRECLAY_TRITON_DIRECT_LAUNCH=0``):
     compile through Triton's ``warmup`` into the in-memory cache that launch reads, and build
     each signature's host launcher."""
-    if _forking(pool, report, jobs):
-        forked = _forked_compile(jobs, cuda_target(torch.cuda.current_device()), report.workers) or {}
-        report.failures += [error for error, _ in forked.values() if error]
-        jobs = [j for j in jobs if not forked.get(j, (None,))[0]]
+    triton_key.install()
+    served = _served(jobs, cuda_target(torch.cuda.current_device()), report.workers, pool, binaries=False) or {}
+    report.failures += [error for error, _ in served.values() if error]
+    jobs = [j for j in jobs if not served.get(j, (None,))[0]]
     try:
         from triton.runtime import _async_compile
     except ImportError:  # an older Triton: compile one after another, still before the first call
@@ -219,7 +224,7 @@ def _precompile_through_triton(jobs: list[CompileJob], report: PrecompileReport,
             for j, future in pending:
                 error = getattr(getattr(future, "future", None), "exception", lambda: None)()
                 if error is not None:
-                    report.failures.append(_failure(j, error))
+                    report.failures.append(describe_failure(j, error))
                 else:
                     kernels.append(future.result(ignore_errors=True) if hasattr(future, "result") else future)
     build_launchers(kernels, report.workers)
@@ -263,9 +268,9 @@ def build_launchers(kernels: list[Any], workers: int) -> int:
 
 def _warm(job: CompileJob, report: PrecompileReport) -> Any:
     try:
-        return job.fn.warmup(*_mock_args(job.args), grid=(1,), **job.kwargs)
+        return job.fn.warmup(*mock_args(job.args), grid=(1,), **job.kwargs)
     except Exception as error:  # reported; the launch compiles lazily and names the kernel
-        report.failures.append(_failure(job, error))
+        report.failures.append(describe_failure(job, error))
         return None
 
 
@@ -288,6 +293,7 @@ def compile_kernel(fn: Any, args: list[Any], kwargs: dict[str, Any], target: Any
     from triton.compiler import ASTSource, make_backend
     from triton.runtime.jit import create_function_from_signature
 
+    triton_key.install()
     backend = make_backend(target)
     kwargs = dict(kwargs)
     kwargs["debug"] = kwargs.get("debug", fn.debug) or knobs.runtime.debug
@@ -299,55 +305,7 @@ def compile_kernel(fn: Any, args: list[Any], kwargs: dict[str, Any], target: Any
 
 
 def _target_compile(job: CompileJob, target: Any) -> Any:
-    return compile_kernel(job.fn, _mock_args(job.args), job.kwargs, target)
-
-
-_FORKED_JOBS: list[CompileJob] = []  # what forked workers compile (inherited, never pickled)
-_FORKED_TARGET: list[Any] = []
-_FORKED_BINARIES: list[bool] = [False]
-FORKED_TIMEOUT_S = 300.0  # a forked pool still compiling after this is stopped (a worker may hang)
-_FORK_LOCK = threading.Lock()  # one forked pool at a time (the lists above are its jobs)
-
-
-def _compile_forked(index: int) -> tuple[str | None, cuda_launch.KernelBinary | None]:
-    job = _FORKED_JOBS[index]
-    try:
-        compiled = _target_compile(job, _FORKED_TARGET[0])
-        return None, (cuda_launch.KernelBinary.of(compiled) if _FORKED_BINARIES[0] else None)
-    except Exception as error:
-        return _failure(job, error), None
-
-
-def _forked_compile(jobs: list[CompileJob], target: Any, workers: int, binaries: bool = False
-                    ) -> dict[CompileJob, tuple[str | None, cuda_launch.KernelBinary | None]] | None:
-    """Compile ``jobs`` in forked worker processes (which only compile for ``target``, never
-    touching the GPU; Triton's disk cache gets each binary); returns each job's (error, binary):
-    error None when it compiled, binary sent back when ``binaries``. None when the pool itself
-    failed. A compiler warmed up in this process (:mod:`fireclay_triton.warmup`) is inherited."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    warmup.wait()
-    with _FORK_LOCK:
-        _FORKED_JOBS[:] = jobs
-        _FORKED_TARGET[:] = [target]
-        _FORKED_BINARIES[:] = [binaries]
-        pool = None
-        try:
-            pool = ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("fork"))
-            results = list(pool.map(_compile_forked, range(len(jobs)), timeout=FORKED_TIMEOUT_S))
-            pool.shutdown()
-        except Exception:  # a broken or stuck pool (a worker killed or hung, no fork here): the
-            # caller compiles in this process
-            if pool is not None:
-                for process in list(getattr(pool, "_processes", {}).values()):
-                    process.kill()
-                pool.shutdown(wait=False, cancel_futures=True)
-            return None
-        finally:
-            _FORKED_JOBS.clear()
-            _FORKED_TARGET.clear()
-    return dict(zip(jobs, results))
+    return compile_kernel(job.fn, mock_args(job.args), job.kwargs, target)
 
 
 def compile_for_target(jobs: list[CompileJob], target: Any, workers: int | None = None,
@@ -357,11 +315,9 @@ def compile_for_target(jobs: list[CompileJob], target: Any, workers: int | None 
     jobs = _unique(jobs)
     report = PrecompileReport(jobs=len(jobs), workers=workers or default_workers())
     start = time.perf_counter()
-    forked = None
-    if _forking(pool, report, jobs):
-        forked = _forked_compile(jobs, target, report.workers)
-    if forked is not None:
-        report.failures = [error for error, _ in forked.values() if error]
+    served = _served(jobs, target, report.workers, pool, binaries=False)
+    if served is not None:
+        report.failures = [error for error, _ in served.values() if error]
         report.seconds = time.perf_counter() - start
         return _count(report)
 
@@ -370,7 +326,7 @@ def compile_for_target(jobs: list[CompileJob], target: Any, workers: int | None 
             _target_compile(job, target)
             return None
         except Exception as error:
-            return _failure(job, error)
+            return describe_failure(job, error)
 
     if report.workers == 1:
         results = [one(j) for j in jobs]

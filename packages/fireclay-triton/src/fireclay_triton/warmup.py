@@ -4,11 +4,13 @@ generation.
 The first kernel a fresh process compiles costs far more than the ones after it: importing
 Triton's compiler, hashing Triton's own sources for its cache key, asking ptxas its version,
 setting up MLIR and LLVM, the first ptxas run, and loading the CUDA driver library (0.5-0.9 s on
-an H100 host, against 0.04 s for the next kernel). :func:`prewarm` starts that work on a daemon
-thread as soon as a caller knows a graph will go to the GPU (the fireclay backend calls it when
-it receives a graph with CUDA inputs, before the autograd and loops stages run), by compiling one
-tiny kernel for the device's target. Best effort: a failure here changes nothing, and the real
-compile meets the same error and reports it.
+an H100 host, against 0.04 s for the next kernel). :func:`prewarm` starts that work as soon as a
+caller knows a graph will go to the GPU (the fireclay backend calls it when it receives a graph
+with CUDA inputs, before the autograd and loops stages run): it starts the compile server
+(:mod:`fireclay_triton.compile_server`), which compiles one tiny kernel for the device's target
+in its own process, or, where kernels compile on threads of this process, compiles that kernel on
+a daemon thread here. Best effort: a failure here changes nothing, and the real compile meets
+the same error and reports it.
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ _started: list[threading.Thread] = []
 
 
 @triton.jit
-def _first_kernel(ptr0, xnumel, XBLOCK: tl.constexpr):
+def first_kernel(ptr0, xnumel, XBLOCK: tl.constexpr):
     xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     tl.store(ptr0 + xindex, tl.load(ptr0 + xindex, xindex < xnumel) + 1, xindex < xnumel)
 
 
 def prewarm(device: int | None = None) -> threading.Thread | None:
     """Start the one-time work of a first Triton compile for CUDA ``device`` (default: the
-    current one) on a daemon thread, once per process; returns that thread (None: nothing to do,
-    under the interpreter or without a GPU)."""
+    current one), once per process, on a daemon thread it returns (None: nothing to do, under the
+    interpreter or without a GPU). Where kernels compile in the compile server
+    (:func:`fireclay_triton.precompile.pool_kind`), the thread starts that server, which warms up
+    in its own process; else it compiles one tiny kernel here."""
     if interpreting() or not torch.cuda.is_available():
         return None
     with _lock:
@@ -50,24 +54,25 @@ def prewarm(device: int | None = None) -> threading.Thread | None:
     return thread
 
 
-def _work(device: int) -> None:
+def compile_first_kernel(target) -> None:
+    """Compile one tiny kernel for ``target`` in this process: its one-time compiler costs."""
     from triton.runtime.jit import MockTensor
 
-    from fireclay_triton import cuda_launch, precompile
+    from fireclay_triton import precompile
+
+    precompile.compile_kernel(first_kernel, [MockTensor(torch.float32), 1024], {"XBLOCK": 128, "num_warps": 4}, target)
+
+
+def _work(device: int) -> None:
+    from fireclay_triton import compile_server, cuda_launch, precompile
 
     try:
-        precompile.compile_kernel(_first_kernel, [MockTensor(torch.float32), 1024], {"XBLOCK": 128, "num_warps": 4},
-                                  precompile.cuda_target(device))
+        target = precompile.cuda_target(device)
+        if precompile.pool_kind() == "processes":
+            compile_server.server(target, precompile.default_workers())
+        else:
+            compile_first_kernel(target)
         if cuda_launch.enabled():
             cuda_launch.driver()
     except Exception as error:  # the real compile meets it again and reports it
         log.debug("fireclay-triton: warming up the compiler failed: %s: %s", type(error).__name__, error)
-
-
-def wait(timeout: float | None = None) -> None:
-    """Block until the warm-up started by :func:`prewarm` (if any) has finished, or ``timeout``
-    seconds passed (forked compile workers then inherit a warm compiler)."""
-    with _lock:
-        thread = _started[0] if _started else None
-    if thread is not None and thread.ident is not None:
-        thread.join(timeout)
