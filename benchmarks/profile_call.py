@@ -50,6 +50,7 @@ def profile(step: Step, inputs, device: str, calls: int, top: int) -> str:
     out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out)
     stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
     return out.getvalue()
 
 
@@ -78,11 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-calls", type=int, default=50)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--profile", help="the backend to profile (default: the last one named)")
+    parser.add_argument("--same-thread", action="store_true",
+                        help="run autograd's backward on the calling thread (torch runs a CUDA backward on a thread "
+                             "of its own, which cProfile does not see)")
     parser.add_argument("--kernels", action="store_true",
                         help="instead of cProfile, torch.profiler's device time per kernel, for every backend")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.same_thread:
+        torch.autograd.set_multithreading_enabled(False)
     preset = args.preset or ("large" if args.device.startswith("cuda") else "small")
     backends = args.backends.split(",")
     for name in args.models.split(","):

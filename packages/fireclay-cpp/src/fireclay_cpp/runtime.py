@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import ctypes
-import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from fireclay_cpp.errors import CppBackendError
-from fireclay_loops.runtime_support import CompiledCall, input_base
+from fireclay_loops.runtime_support import CompiledCall, bound_op, input_base
 from fireclay_loops.runtime_support import aten_op as shared_aten_op
 from fireclay_loops.runtime_support import conform as conform  # re-exported for the wrapper
+from fireclay_loops.runtime_support import returns_one_tensor as returns_one_tensor  # re-exported
 from fireclay_loops.runtime_support import view as view
 
 
@@ -61,7 +61,7 @@ def out_argument(name: str) -> str | None:
 
 
 def out_op(name: str) -> Callable:
-    binding = _binding(name)
+    binding = bound_op(name)
     if binding is not None:  # its out= keyword selects the out overload
         return binding
     namespace, rest = name.split("::", 1)
@@ -73,30 +73,7 @@ def extern_op(name: str) -> Callable:
     known to take the same arguments and select this overload (a direct call, 2-5 µs cheaper
     than an operator overload's boxed call, which counts in programs of small matmuls), else
     the overload itself."""
-    return _binding(name) or aten_op(name)
-
-
-# Ops whose ``torch.<name>`` function takes the overload's arguments (positional and keyword)
-# and resolves to it, with ``out=`` to its out overload. Listed, not guessed: a Python function
-# of the same name may bind another overload (Scalar forms) or be a Python wrapper.
-_BOUND = {"aten::mm.default", "aten::addmm.default", "aten::bmm.default", "aten::baddbmm.default",
-          "aten::_scaled_dot_product_flash_attention_for_cpu.default"}
-
-
-def _binding(name: str) -> Callable | None:
-    if name not in _BOUND:
-        return None
-    fn = getattr(torch, name.split("::", 1)[1].partition(".")[0], None)
-    return fn if isinstance(fn, types.BuiltinFunctionType) else None
-
-
-def returns_one_tensor(name: str) -> bool:
-    """Whether the aten op ``name`` returns exactly one tensor (not a tuple or list)."""
-    try:
-        returns = aten_op(name)._schema.returns
-    except (CppBackendError, AttributeError):
-        return False
-    return len(returns) == 1 and str(returns[0].type) == "Tensor"
+    return bound_op(name) or aten_op(name)
 
 
 def may_alias_argument(name: str) -> bool:

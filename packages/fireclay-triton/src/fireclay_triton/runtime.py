@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from fireclay_loops.runtime_support import CompiledCall, input_base
+from fireclay_loops.runtime_support import CompiledCall, bound_op, input_base
 from fireclay_loops.runtime_support import aten_op as shared_aten_op
 from fireclay_loops.runtime_support import conform as conform  # re-exported for the wrapper
 from fireclay_loops.runtime_support import view as view
@@ -52,7 +52,9 @@ def typed(mem: torch.Tensor, dtype: torch.dtype, numel: int) -> torch.Tensor:
 
 
 def aten_op(name: str) -> Callable:
-    return shared_aten_op(name, TritonBackendError)
+    """What a wrapper calls for the aten op ``name``: torch's own function where it selects
+    this overload (fireclay_loops.runtime_support.bound_op), else the overload."""
+    return bound_op(name) or shared_aten_op(name, TritonBackendError)
 
 
 MAX_SPLIT = 256  # most chunks of a split reduction (the finisher combines them in one tile row)

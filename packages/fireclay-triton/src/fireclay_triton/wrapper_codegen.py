@@ -5,14 +5,17 @@ Every buffer is held at run time as a *base* tensor whose ``data_ptr()`` is the 
 0 (the origin of its index expressions, and what a Triton kernel receives); views for extern
 calls and outputs are ``as_strided`` of the base. A buffer alone in its allocation is made with
 ``torch.empty_strided`` in its own dtype on the inputs' device (or is the extern call's result itself
-when its layout is right); allocations that several buffers share over time are byte tensors
-the buffers are typed views of.
+when its layout is right); an allocation that several buffers of one dtype and layout share over
+time is made in that layout, each buffer the allocation itself (per call, no view is made of it:
+an MLP's training step made 25 typed views and 42 ``as_strided`` calls); other shared
+allocations are byte tensors the buffers are typed views of.
 """
 
 from __future__ import annotations
 
 from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram
 from fireclay_loops.codegen_support import WrapperText, py_expr, py_shape
+from fireclay_loops.runtime_support import returns_one_tensor
 from fireclay_triton.errors import CodegenError
 from fireclay_triton.kernel_codegen import KernelSource
 
@@ -38,6 +41,9 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
               if b in prog.buffers and not prog.buffers[b].is_input and prog.buffers[b].offset == 0
               and plan.lifetimes.get(b, (k,))[0] == k}  # the extern call is the buffer's first writer
     owners = {a: [b for b in bs if b not in alone] for a, bs in owners.items()}
+    uniform = {a: layout for a, bs in owners.items() if (layout := _shared_layout(prog, bs)) is not None}
+    exact = {b for a in uniform for b in owners[a]}  # held as the allocation itself, in their own layout
+    held = alone | exact
     w.lines.append(f"def call({', '.join(prog.inputs)}):")
     w.bind_sizes(prog)
     # every buffer lives on the inputs' device (programs traced on meta tensors may say "cpu")
@@ -68,9 +74,16 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
                 continue
             a = plan.buffer_allocation[b]
             if a not in mems:
-                w.line(f"{a} = torch.empty({py_expr(plan.allocations[a].nbytes)}, dtype=torch.uint8, {device})")
+                if a in uniform:
+                    w.line(f"{a} = torch.empty_strided({py_shape(buf.size)}, {py_shape(buf.stride)}, "
+                           f"dtype=torch.{buf.dtype}, {device})")
+                else:
+                    w.line(f"{a} = torch.empty({py_expr(plan.allocations[a].nbytes)}, dtype=torch.uint8, {device})")
                 mems.add(a)
-            w.line(f"{b} = typed({a}, torch.{buf.dtype}, {py_expr(buf.storage_numel)})")
+            if a in uniform:
+                w.line(f"{b} = {a}")
+            else:
+                w.line(f"{b} = typed({a}, torch.{buf.dtype}, {py_expr(buf.storage_numel)})")
         if isinstance(step, Kernel):
             src = kernels[step.name]
             args = src.buffers + src.symbols + [f"numel={py_expr(src.numel)}"]
@@ -78,7 +91,7 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
                 args.append(f"rnumel={py_expr(src.rnumel)}")
             w.line(f"{step.name}({', '.join(args)})  # {src.kind}: {src.function} in kernels.py")
         else:
-            _extern_call(w, step, prog, alone)
+            _extern_call(w, step, prog, alone, held)
         for b in plan.free_after.get(k, []):
             if b in prog.inputs:
                 continue
@@ -93,9 +106,23 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
             outs.append(w.literal(o.value))
             continue
         buf = prog.buffers[o]
-        outs.append(_tensor(o, buf, buf.size, buf.stride, buf.offset, alone))
+        outs.append(_tensor(o, buf, buf.size, buf.stride, buf.offset, held))
     w.line("return (" + "".join(f"{x}, " for x in outs) + ")")
     return w
+
+
+def _shared_layout(prog, names: list[str]):
+    """The one buffer layout (dtype, size, stride, no offset) of every buffer in ``names``, as
+    one of them; None when they differ or there are none."""
+    if not names:
+        return None
+    first = prog.buffers[names[0]]
+    layout = (first.dtype, tuple(first.size), tuple(first.stride))
+    for b in names:
+        buf = prog.buffers[b]
+        if buf.is_input or buf.offset != 0 or (buf.dtype, tuple(buf.size), tuple(buf.stride)) != layout:
+            return None
+    return first
 
 
 def _view(b: str, size, stride, offset) -> str:
@@ -103,27 +130,37 @@ def _view(b: str, size, stride, offset) -> str:
     return f"view({b}, {py_shape(size)}, {py_shape(stride)}, {py_expr(offset)})"
 
 
-def _tensor(b: str, buf, size, stride, offset, alone: set[str]) -> str:
+def _tensor(b: str, buf, size, stride, offset, held: set[str]) -> str:
     """A tensor expression for buffer ``b`` seen with ``size``/``stride`` at ``offset``: the held
     tensor itself when it already has exactly that layout (an input, which ``as_base`` gives in
-    the buffer's layout, or a buffer alone in its allocation), else a view."""
-    if (buf.is_input or b in alone) and offset == 0 and tuple(size) == tuple(buf.size) \
+    the buffer's layout, or a buffer ``held`` in its own layout: alone in its allocation, or
+    sharing one made in that layout), else a view."""
+    if (buf.is_input or b in held) and offset == 0 and tuple(size) == tuple(buf.size) \
             and tuple(stride) == tuple(buf.stride) and buf.offset == 0:
         return b
     return _view(b, size, stride, offset)
 
 
-def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str]) -> None:
+def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str], held: set[str]) -> None:
     call_args = w.extern_args(step, lambda a: _tensor(a.buffer, prog.buffers[a.buffer], a.size, a.stride, a.offset,
-                                                      alone))
+                                                      held))
     fn = w.op(step.op)
-    w.call_extern(fn, call_args, step)
-    for i, b in zip(step.result_positions(), step.outputs):
-        buf = prog.buffers.get(b)
-        if buf is None:
+    for b in step.outputs:
+        if b not in prog.buffers:
             raise CodegenError(f"extern call {step.name} writes {b}, which the program does not declare")
+    if step.result_positions() == [0] and returns_one_tensor(step.op):
+        w.line(f"result = {fn}({', '.join(call_args)})  # {step.kind} {step.name}")
+        results = ["result"]
+    else:
+        w.call_extern(fn, call_args, step)
+        results = [f"results[{i}]" for i in range(max(step.result_positions(), default=-1) + 1)]
+    for i, b in zip(step.result_positions(), step.outputs):
+        buf = prog.buffers[b]
+        r, size, stride = results[i], py_shape(buf.size), py_shape(buf.stride)
         if b in alone:
-            w.line(f"{b} = conform(results[{i}], {py_shape(buf.size)}, {py_shape(buf.stride)})")
+            # the common case (the library returned the planned layout) checked inline
+            w.line(f"{b} = {r} if {r}.stride() == {stride} and {r}.shape == {size} else conform({r}, {size}, {stride})")
         else:
-            w.line(f"{_view(b, buf.size, buf.stride, buf.offset)}.copy_(results[{i}])")
-    w.line("del result, results  # an extern result must not outlive its buffer")
+            w.line(f"{_view(b, buf.size, buf.stride, buf.offset)}.copy_({r})")
+    w.line(f"del {'result' if results == ['result'] else 'result, results'}  # an extern result must not "
+           "outlive its buffer")
