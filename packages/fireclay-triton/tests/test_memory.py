@@ -80,3 +80,23 @@ def test_peak_gpu_memory_is_near_eager(build, eager):
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-3, rtol=1e-3)
     assert got_peak <= want_peak * 1.05 + 2**20, (got_peak, want_peak)
+
+
+@pytest.mark.parametrize("build", [mm_chain, residual_chain])  # typed views of mixed layouts; held as is
+def test_shared_allocations_of_one_layout_are_held_without_views(build):
+    b = AtenBuilder()
+    x, w = b.input(torch.empty(32, 32, device="meta"), "x"), b.input(torch.empty(32, 32, device="meta"), "w")
+    scheduled = schedule(lower(b.output(*build(b, x, w))))
+    kernels = {k.name: k for k in generate_kernels(scheduled, interpret=False)}
+    text = generate_wrapper(scheduled, kernels).text
+    plan, prog = scheduled.plan, scheduled.program
+    for a in set(plan.buffer_allocation.values()):
+        users = [buf for buf, alloc in plan.buffer_allocation.items() if alloc == a and f"{buf} = {a}" in text]
+        layouts = {(prog.buffers[u].dtype, tuple(prog.buffers[u].size), tuple(prog.buffers[u].stride)) for u in users}
+        if users:  # an allocation held as its buffers: made in their one layout, no typed view of it
+            assert len(layouts) == 1 and f"typed({a}," not in text
+            assert re.search(rf"^    {a} = torch\.empty_strided\(", text, re.M)
+    for typed_use in re.findall(r"= typed\((mem\d+), ", text):
+        owners = [u for u, alloc in plan.buffer_allocation.items() if alloc == typed_use]
+        layouts = {(prog.buffers[u].dtype, tuple(prog.buffers[u].size), tuple(prog.buffers[u].stride)) for u in owners}
+        assert len(layouts) > 1, f"{typed_use} holds one layout yet its buffers are typed views"
