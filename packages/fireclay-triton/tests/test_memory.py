@@ -27,13 +27,18 @@ def residual_chain(b, x, w):
     return (b.call("mm.default", n, w), b.call("amax.default", r, [0]))
 
 
-@pytest.mark.parametrize("build", [mm_chain, residual_chain])
-def test_every_intermediate_is_deleted_after_its_last_use(build):
+def wrapper_of(build):
+    """The scheduled program ``build`` makes of two 32x32 inputs, and its wrapper's text."""
     b = AtenBuilder()
     x, w = b.input(torch.empty(32, 32, device="meta"), "x"), b.input(torch.empty(32, 32, device="meta"), "w")
     scheduled = schedule(lower(b.output(*build(b, x, w))))
     kernels = {k.name: k for k in generate_kernels(scheduled, interpret=False)}
-    text = generate_wrapper(scheduled, kernels).text
+    return scheduled, generate_wrapper(scheduled, kernels).text
+
+
+@pytest.mark.parametrize("build", [mm_chain, residual_chain])
+def test_every_intermediate_is_deleted_after_its_last_use(build):
+    scheduled, text = wrapper_of(build)
     assert ".copy_(result" not in text  # extern results are bound, not copied
     assert text.count("    del result") == text.count("    result = ")  # every extern result is let go
     outputs = set(scheduled.program.output_buffers())
@@ -84,11 +89,7 @@ def test_peak_gpu_memory_is_near_eager(build, eager):
 
 @pytest.mark.parametrize("build", [mm_chain, residual_chain])  # typed views of mixed layouts; held as is
 def test_shared_allocations_of_one_layout_are_held_without_views(build):
-    b = AtenBuilder()
-    x, w = b.input(torch.empty(32, 32, device="meta"), "x"), b.input(torch.empty(32, 32, device="meta"), "w")
-    scheduled = schedule(lower(b.output(*build(b, x, w))))
-    kernels = {k.name: k for k in generate_kernels(scheduled, interpret=False)}
-    text = generate_wrapper(scheduled, kernels).text
+    scheduled, text = wrapper_of(build)
     plan, prog = scheduled.plan, scheduled.program
     for a in set(plan.buffer_allocation.values()):
         users = [buf for buf, alloc in plan.buffer_allocation.items() if alloc == a and f"{buf} = {a}" in text]

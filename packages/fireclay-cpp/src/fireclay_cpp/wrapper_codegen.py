@@ -298,12 +298,8 @@ class _Gen:
             w.line(f"{fn}({', '.join(call_args + [f'{self.out_name[step.name]}={out}'])})  # {step.kind} {step.name}")
             return
         fn = fn if linear is not None else w.op(step.op)
-        if step.result_positions() == [0] and (linear is not None or self.externs.returns_one_tensor(step.op)):
-            w.line(f"result = {fn}({', '.join(call_args)})  # {step.kind} {step.name}")
-            results = ["result"]
-        else:
-            w.call_extern(fn, call_args, step)
-            results = [f"results[{i}]" for i in range(max(step.result_positions(), default=-1) + 1)]
+        single = step.result_positions() == [0] and (linear is not None or self.externs.returns_one_tensor(step.op))
+        results = w.extern_results(fn, call_args, step, single)
         for i, b in zip(step.result_positions(), step.outputs):
             buf = prog.buffers[b]
             if b in self.unread:

@@ -122,6 +122,16 @@ class WrapperText:
         self.line(f"result = {fn}({', '.join(args)})  # {step.kind} {step.name}")
         self.line("results = list(result) if isinstance(result, (tuple, list)) else [result]")
 
+    def extern_results(self, fn: str, args: list[str], step: ExternNode, single: bool) -> list[str]:
+        """Lines calling an extern op; returns the expression of each result position:
+        ``result`` itself when ``single`` (the op returns one tensor, the step's only result),
+        else ``results[i]`` of the listed results."""
+        if single:
+            self.line(f"result = {fn}({', '.join(args)})  # {step.kind} {step.name}")
+            return ["result"]
+        self.call_extern(fn, args, step)
+        return [f"results[{i}]" for i in range(max(step.result_positions(), default=-1) + 1)]
+
     @property
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"

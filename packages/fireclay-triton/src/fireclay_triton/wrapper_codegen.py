@@ -148,12 +148,7 @@ def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str], held
     for b in step.outputs:
         if b not in prog.buffers:
             raise CodegenError(f"extern call {step.name} writes {b}, which the program does not declare")
-    if step.result_positions() == [0] and returns_one_tensor(step.op):
-        w.line(f"result = {fn}({', '.join(call_args)})  # {step.kind} {step.name}")
-        results = ["result"]
-    else:
-        w.call_extern(fn, call_args, step)
-        results = [f"results[{i}]" for i in range(max(step.result_positions(), default=-1) + 1)]
+    results = w.extern_results(fn, call_args, step, step.result_positions() == [0] and returns_one_tensor(step.op))
     for i, b in zip(step.result_positions(), step.outputs):
         buf = prog.buffers[b]
         r, size, stride = results[i], py_shape(buf.size), py_shape(buf.stride)
