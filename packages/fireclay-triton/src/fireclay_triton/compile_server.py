@@ -33,7 +33,6 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 TIMEOUT_S = 300.0  # a request still unanswered after this stops the server (a compile may hang)
-PRESTART_WORKERS = True  # fork the workers once warm; else at the first request of several jobs
 
 Result = tuple[str | None, Any]  # (error, KernelBinary or None) per job
 
@@ -58,25 +57,15 @@ class JobSpec:
 
 # --- the server side ---------------------------------------------------------------------------
 
-_modules: dict[str, Any] = {}
-
-
 def _function(spec: JobSpec) -> Any:
-    """The ``@triton.jit`` function ``spec`` names, its module imported from its file once."""
-    module = _modules.get(spec.path)
-    if module is None:
-        module = next((m for m in list(sys.modules.values())
-                       if getattr(m, "__file__", None) == spec.path), None)
-        if module is None:
-            import importlib.util
+    """The ``@triton.jit`` function ``spec`` names, its module imported from its file once (a
+    module the compiling process had already imported when it forked the server is used as is)."""
+    from fireclay_triton.runtime import import_file
 
-            name = "fireclay_triton_served_" + os.path.splitext(os.path.basename(spec.path))[0]
-            loader = importlib.util.spec_from_file_location(name, spec.path)
-            module = importlib.util.module_from_spec(loader)
-            sys.modules[name] = module
-            loader.loader.exec_module(module)
-        _modules[spec.path] = module
-    return getattr(module, spec.function)
+    known = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == spec.path), None)
+    if known is None:
+        known = import_file(spec.path, "fireclay_triton_served_" + os.path.splitext(os.path.basename(spec.path))[0])
+    return getattr(known, spec.function)
 
 
 def _compile_spec(spec: JobSpec, target: Any, binaries: bool) -> Result:
@@ -126,7 +115,7 @@ def _serve(conn: Connection, target: Any, workers: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the compiling process decides when to stop
     _warm_up(target)
     pool = None
-    if workers > 1 and PRESTART_WORKERS:
+    if workers > 1:
         try:
             pool = _start_pool(workers)
         except Exception:  # tried again at the first request of several jobs

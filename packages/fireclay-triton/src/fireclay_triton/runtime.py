@@ -84,14 +84,18 @@ def load_module(source: str, folder: str):
         with open(tmp, "w") as f:
             f.write(source)
         os.replace(tmp, path)
-    name = f"fireclay_triton_kernels_{digest}"
+    return import_file(path, f"fireclay_triton_kernels_{digest}"), digest
+
+
+def import_file(path: str, name: str):
+    """The module of the Python file ``path``, imported as ``name`` once per process."""
     if name in sys.modules:
-        return sys.modules[name], digest
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    return module, digest
+    return module
 
 
 def time_ms(fn: Callable[[], None], runs: int = 10) -> float:

@@ -2,17 +2,18 @@
 
 Many of torch's Python references and meta kernels (type promotion wrappers, some
 decompositions) are wrapped by ``torch._compile._disable_dynamo``, so that TorchDynamo never
-traces into them. That wrapper imports ``torch._dynamo`` the first time each function runs, to
+traces into them. That wrapper imports TorchDynamo the first time each function runs, to
 build TorchDynamo's ``disable`` wrapper, even when TorchDynamo is not in use: a fresh process's
 first fireclay compile of a plain model paid that import (about 1 s on a 2-core CPU, 0.5 s on a
 GPU host) inside its first meta kernel.
 
-While ``torch._dynamo`` is not imported, no frame can be under its evaluation hook, so its
+While TorchDynamo is not imported, no frame can be under its evaluation hook, so its
 ``disable`` wrapper would only call the function. :func:`install` gives each such function,
 found once through torch's reference and decomposition modules, a stand-in that calls it
-directly until ``torch._dynamo`` is imported, and from then on builds and keeps TorchDynamo's
-own wrapper, exactly as the original code would have. Functions not found (modules torch loads
-later) behave as before: they import TorchDynamo on first use.
+directly until TorchDynamo is imported (by someone else: fireclay never imports it), and from
+then on builds and keeps TorchDynamo's own wrapper, exactly as the original code would have.
+Functions not found (modules torch loads later) behave as before: they import TorchDynamo on
+first use.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def _stand_in(fn: Callable[..., Any], recursive: bool) -> Callable[..., Any]:
     TorchDynamo's ``disable`` wrapper (what ``_disable_dynamo`` would have built) and uses that."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        dynamo = sys.modules.get("torch._dynamo")
+        dynamo = sys.modules.get("torch._dynamo")  # baseline-ok: looks for TorchDynamo imported elsewhere, never imports it
         disable = getattr(dynamo, "disable", None) if dynamo is not None else None
         if disable is None:
             return fn(*args, **kwargs)
@@ -111,7 +112,7 @@ def install() -> int:
             return _installed[0]
         count = 0
         code = _wrapper_code()
-        if code is not None and "torch._dynamo" not in sys.modules:
+        if code is not None and "torch._dynamo" not in sys.modules:  # baseline-ok: a check, no import
             for wrapper in _wrappers(code):
                 cells = dict(zip(wrapper.__code__.co_freevars, wrapper.__closure__ or ()))
                 try:
