@@ -17,9 +17,9 @@ import argparse
 import json
 
 from benchmarks.backends import get_backend
-from benchmarks.measure import MODES, Step, fresh_copy, run_until_compiled, timed
+from benchmarks.measure import DTYPES, MODES, Precision, fresh_copy, run_until_compiled, timed
 from benchmarks.models import PRESETS, get_model
-from benchmarks.runner import TIMING_SEED
+from benchmarks.runner import TIMING_SEED, Options
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--mode", choices=MODES, default="inference")
     parser.add_argument("--threads", type=int)
+    parser.add_argument("--dtype", choices=DTYPES, default="float32")
+    parser.add_argument("--amp", choices=DTYPES[1:])
     args = parser.parse_args(argv)
     if args.threads:
         import torch
@@ -38,17 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"model": args.model, "backend": args.backend, "cold_compile_s": None, "cold_compiled_s": None,
                     "error": None}
     try:
+        options = Options(device=args.device, mode=args.mode, preset=args.preset,
+                          precision=Precision(args.dtype, args.amp))
         built = get_model(args.model).build(args.preset)
+        options.precision.cast_model(built.module)
         backend = get_backend(args.backend)
         reason = backend.unavailable()
         if reason:
             raise RuntimeError(reason)
-        inputs = built.inputs(TIMING_SEED, args.device)
+        inputs = options.inputs(built, TIMING_SEED)
         model = fresh_copy(built.module, args.device)
         # timed from the compile call: torch.compile imports TorchDynamo there, fireclay.compile
         # nothing, and both then pay torch's own lazy imports in the first call
         wrap_s, compiled = timed(lambda: backend.compile(model), args.device)
-        step = Step(compiled, model, args.mode)
+        step = options.step(compiled, model)
         first_s, _ = timed(lambda: step(inputs), args.device)
         report["cold_compile_s"] = wrap_s + first_s
         settle_s, _ = timed(lambda: run_until_compiled(lambda: step(inputs), backend.wait_compiled), args.device)

@@ -18,7 +18,51 @@ import torch
 from benchmarks.models import Inputs
 
 MODES = ("inference", "training")
+DTYPES = ("float32", "bfloat16", "float16")
 LEARNING_RATE = 0.01
+# A 16-bit run cannot meet float32's tolerance against eager (each op rounds to 8 or 11 bits):
+# the first check uses this, and a miss gets the float64 second opinion as in float32.
+HALF_TOLERANCE = 2e-2
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The numbers a run computes in, as users run models: weights and floating inputs in
+    `dtype`; with `amp`, float32 weights and inputs with the forward (and loss) under
+    `torch.autocast` in that 16-bit dtype."""
+
+    dtype: str = "float32"
+    amp: str | None = None
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES or (self.amp is not None and self.amp not in DTYPES[1:]):
+            raise ValueError(f"unknown precision {self.dtype!r}/{self.amp!r}; dtypes: {', '.join(DTYPES)}")
+        if self.amp is not None and self.dtype != "float32":
+            raise ValueError("--amp runs float32 weights under autocast: leave --dtype at float32")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+    @property
+    def tag(self) -> str:
+        """The part of a results file name that says the precision ("" for plain float32)."""
+        return f"-amp-{self.amp}" if self.amp else ("" if self.dtype == "float32" else f"-{self.dtype}")
+
+    def cast_model(self, module: torch.nn.Module) -> torch.nn.Module:
+        return module if self.dtype == "float32" else module.to(self.torch_dtype)
+
+    def cast_inputs(self, inputs: Inputs, device: str) -> Inputs:
+        return inputs if self.dtype == "float32" else inputs.to(device, self.torch_dtype)
+
+    def tolerance(self, float32_tolerance: float) -> float:
+        return float32_tolerance if self.dtype == "float32" and not self.amp else max(float32_tolerance,
+                                                                                      HALF_TOLERANCE)
+
+    def autocast(self, device: str) -> contextlib.AbstractContextManager:
+        if not self.amp:
+            return contextlib.nullcontext()
+        return torch.autocast(torch.device(device).type, dtype=getattr(torch, self.amp))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -54,21 +98,23 @@ class Step:
     dropout of the suite is zero), forward, loss_of, backward, one SGD step.
     """
 
-    def __init__(self, fn: Callable, model: torch.nn.Module, mode: str):
+    def __init__(self, fn: Callable, model: torch.nn.Module, mode: str,
+                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
-        self.fn, self.model, self.mode = fn, model, mode
+        self.fn, self.model, self.mode, self.autocast = fn, model, mode, autocast
         model.train(mode == "training")
         self.optimizer = (torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
                           if mode == "training" else None)
 
     def __call__(self, inputs: Inputs):
         if self.optimizer is None:
-            with torch.no_grad():
+            with torch.no_grad(), self.autocast():
                 return self.fn(*inputs.args, **inputs.kwargs)
         self.optimizer.zero_grad(set_to_none=True)
-        output = self.fn(*inputs.args, **inputs.kwargs)
-        loss = loss_of(output)
+        with self.autocast():  # the forward and the loss; backward outside, as autocast asks
+            output = self.fn(*inputs.args, **inputs.kwargs)
+            loss = loss_of(output)
         loss.backward()
         self.optimizer.step()
         return output, loss
@@ -181,6 +227,8 @@ def judge(result, reference, tolerance: float, reference64: Callable[[], list]) 
 
 
 def float64_reference(module: torch.nn.Module, inputs: Inputs, mode: str, device: str) -> list:
+    """Eager in float64 (no autocast) from the same weights and inputs; the outputs are compared
+    after a cast to the run's own dtypes."""
     model64 = fresh_copy(module, device).double()
     return Step(model64, model64, mode).observed(inputs.to(device, torch.float64))
 

@@ -110,7 +110,8 @@ def summary_rows(cells: list[Cell], backends: list[str]) -> list[dict]:
 def markdown(meta: dict, cells: list[Cell], backends: list[str]) -> str:
     env = meta["environment"]
     lines = [
-        f"# fireclay benchmarks: {meta['suite']} suite, {meta['mode']}, {meta['device']}, preset {meta['preset']}",
+        f"# fireclay benchmarks: {meta['suite']} suite, {meta['mode']}, {meta['device']}, preset {meta['preset']}, "
+        f"{'autocast ' + meta['amp'] if meta.get('amp') else meta.get('dtype', 'float32')}",
         "",
         f"- date (UTC): {meta['date']}; commit {env['git_commit']}; command: `{meta['command']}`",
         f"- machine: {env['gpu'] or env['cpu']}, {env['cpu_count']} CPUs, {env['torch_threads']} torch threads; "

@@ -1,9 +1,10 @@
 """Run the benchmark suite: every model on every backend, numbers side by side.
 
     python -m benchmarks.run --backends eager,inductor,fireclay --device cpu --suite quick \
-        --mode inference [--models a,b] [--preset small|large] [--out DIR]
+        --mode inference [--models a,b] [--preset small|large] [--dtype bfloat16 | --amp bfloat16]
+        [--out DIR]
 
-Writes <out>/<device>-<suite>-<mode>-<preset>-<UTC date and time>.{json,md} and prints one
+Writes <out>/<device>-<suite>-<mode>-<preset>[-<dtype>]-<UTC date and time>.{json,md} and prints one
 progress line per model and backend. A model that fails is reported with its reason; the run
 goes on. See benchmarks/README.md for what each column means.
 """
@@ -23,10 +24,10 @@ import tempfile
 import time
 
 from benchmarks.backends import ALL_CACHE_ENV, get_backend
-from benchmarks.measure import MODES, make_rss_track_tensors
+from benchmarks.measure import DTYPES, MODES, Precision, make_rss_track_tensors
 from benchmarks.models import COLD_LIMITS, PRESETS, SUITES, all_models, suite_models
 from benchmarks.report import environment, load_average, progress_line, write
-from benchmarks.runner import METRICS, REPO_ROOT, Cell, Options, bench_model, prime
+from benchmarks.runner import METRICS, REPO_ROOT, Cell, Options, bench_model, precision_args, prime
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "benchmarks", "results")
 
@@ -37,12 +38,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backends", default="eager,inductor,fireclay",
                         help="comma-separated backend names (eager is always added first)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (or cuda:N)")
-    parser.add_argument("--suite", default="quick", choices=sorted(SUITES))
+    parser.add_argument("--suite", choices=sorted(SUITES), help="default: quick on cpu, gpu (the hf suite and "
+                        "the zoo) on cuda")
     parser.add_argument("--mode", default="inference", choices=MODES)
     parser.add_argument("--models", default="", help="comma-separated model names (any model of the suite "
                         "registry, in the given order); overrides the suite's list")
     parser.add_argument("--preset", choices=PRESETS, help="model sizes: small (default on cpu) or large "
                         "(default on cuda)")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and floating inputs in "
+                        "this dtype (what people run on GPUs: bfloat16)")
+    parser.add_argument("--amp", choices=DTYPES[1:], help="float32 weights, the forward under torch.autocast "
+                        "in this dtype")
     parser.add_argument("--out", default=DEFAULT_OUT, help="directory for the JSON and Markdown results")
     parser.add_argument("--repeats", type=int, default=10, help="interleaved timing samples per backend")
     parser.add_argument("--skip", default="", help=f"metrics to leave out, comma-separated: {','.join(METRICS)}")
@@ -90,6 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --device cuda asked for, but torch sees no CUDA device", file=sys.stderr)
         return 2
     preset = args.preset or ("small" if args.device == "cpu" else "large")
+    args.suite = args.suite or ("quick" if args.device == "cpu" else "gpu")
+    try:
+        precision = Precision(args.dtype, args.amp)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     skip = {m for m in args.skip.split(",") if m}
     if skip - set(METRICS):
         print(f"error: unknown metrics in --skip: {', '.join(sorted(skip - set(METRICS)))}", file=sys.stderr)
@@ -110,17 +122,19 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     options = Options(device=args.device, mode=args.mode, preset=preset, repeats=args.repeats,
                       metrics=tuple(m for m in METRICS if m not in skip), cold_timeout_s=args.cold_timeout,
-                      threads=args.threads)
+                      threads=args.threads, precision=precision)
     started = datetime.datetime.now(datetime.UTC)
     meta = {"suite": args.suite, "mode": args.mode, "device": args.device, "preset": preset,
+            "dtype": precision.dtype, "amp": precision.amp,
             "backends": backend_names, "repeats": args.repeats, "metrics": list(options.metrics),
             "date": started.strftime("%Y-%m-%d %H:%M"),
             "command": "python -m benchmarks.run " + shlex.join(sys.argv[1:] if argv is None else argv),
             "environment": environment(args.device)}
     device_tag = "cuda" if args.device.startswith("cuda") else args.device
-    stem = f"{device_tag}-{args.suite}-{args.mode}-{preset}-{started.strftime('%Y%m%d-%H%M')}"
+    stem = f"{device_tag}-{args.suite}-{args.mode}-{preset}{precision.tag}-{started.strftime('%Y%m%d-%H%M')}"
     print(f"benchmarking {len(specs)} models x {len(backends)} backends ({', '.join(backend_names)}), "
-          f"{args.mode}, {args.device}, preset {preset}", flush=True)
+          f"{args.mode}, {args.device}, preset {preset}, {precision.amp and 'autocast ' + precision.amp or precision.dtype}",
+          flush=True)
 
     if not args.isolate:
         for backend in backends:
@@ -167,7 +181,7 @@ def _bench_in_subprocess(spec, backend_names: list[str], args, preset: str, opti
         command = [sys.executable, "-m", "benchmarks.run", "--models", spec.name, "--suite", args.suite,
                    "--backends", ",".join(backend_names), "--device", args.device, "--mode", args.mode,
                    "--preset", preset, "--repeats", str(args.repeats), "--cold-timeout", str(args.cold_timeout),
-                   "--out", out, "--skip", ",".join(m for m in METRICS if m not in options.metrics),
+                   *precision_args(options.precision), "--out", out, "--skip", ",".join(m for m in METRICS if m not in options.metrics),
                    *(["--threads", str(args.threads)] if args.threads else [])]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, env.get("PYTHONPATH")]))

@@ -17,6 +17,7 @@ import torch
 
 from benchmarks.backends import ALL_CACHE_ENV, Backend
 from benchmarks.measure import (
+    Precision,
     Step,
     compare,
     float64_reference,
@@ -45,6 +46,14 @@ class Options:
     metrics: tuple[str, ...] = METRICS
     cold_timeout_s: float = 600.0
     threads: int | None = None
+    precision: Precision = field(default_factory=Precision)
+
+    def step(self, fn, model: torch.nn.Module) -> Step:
+        """One step of `fn` in this run's mode and precision."""
+        return Step(fn, model, self.mode, autocast=lambda: self.precision.autocast(self.device))
+
+    def inputs(self, built, seed: int, tiny: bool = False) -> Inputs:
+        return self.precision.cast_inputs(built.inputs(seed, self.device, tiny=tiny), self.device)
 
 
 @dataclass
@@ -102,11 +111,13 @@ def bench_model(spec: ModelSpec, backends: list[Backend], options: Options) -> l
         return list(cells.values())
 
     device, mode = options.device, options.mode
-    inputs = built.inputs(TIMING_SEED, device)
-    check_inputs = built.inputs(CHECK_SEED, device)
+    options.precision.cast_model(built.module)
+    tolerance = options.precision.tolerance(spec.tolerance)
+    inputs = options.inputs(built, TIMING_SEED)
+    check_inputs = options.inputs(built, CHECK_SEED)
     try:
         reference_model = fresh_copy(built.module, device)
-        reference = Step(reference_model, reference_model, mode).observed(check_inputs)
+        reference = options.step(reference_model, reference_model).observed(check_inputs)
     except Exception as error:
         for cell in cells.values():
             cell.fail("eager reference run", error)
@@ -125,7 +136,7 @@ def bench_model(spec: ModelSpec, backends: list[Backend], options: Options) -> l
             backend.wait_compiled()  # (counts only the compiles this model starts)
             backend.start_counting()
             model = fresh_copy(built.module, device)
-            step = Step(backend.compile(model), model, mode)
+            step = options.step(backend.compile(model), model)
             initial = {name: t.detach().clone() for name, t in model.state_dict().items()}
             cell.first_compile_s, observed = timed(lambda step=step: step.observed(check_inputs), device)
             settle_s, switches = timed(lambda step=step, wait=backend.wait_compiled:
@@ -148,16 +159,16 @@ def bench_model(spec: ModelSpec, backends: list[Backend], options: Options) -> l
                 cell.notes.append(f"graph counts failed: {_one_line(error)}")
         for which, result in observations:  # the worst of the first call and the compiled code's
             try:
-                accuracy = judge(result, reference, spec.tolerance, reference64)
+                accuracy = judge(result, reference, tolerance, reference64)
             except Exception as error:  # the float64 run itself failed: keep the float32 verdict
                 cell.notes.append(f"float64 reference failed: {_one_line(error)}")
-                accuracy = compare(result, reference, spec.tolerance)
+                accuracy = compare(result, reference, tolerance)
             if cell.max_error is None or accuracy.max_error > cell.max_error or not accuracy.passed:
                 cell.max_error, cell.worst_tensor = accuracy.max_error, accuracy.worst + which
             if not accuracy.passed:
                 cell.status = "inaccurate"
                 cell.reason = (f"relative error {accuracy.max_error:.2e} at {accuracy.worst}{which} > tolerance "
-                               f"{spec.tolerance:g}" + (f"; {accuracy.detail}" if accuracy.detail else ""))
+                               f"{tolerance:g}" + (f"; {accuracy.detail}" if accuracy.detail else ""))
             elif accuracy.detail:
                 cell.notes.append(accuracy.detail)
 
@@ -166,7 +177,7 @@ def bench_model(spec: ModelSpec, backends: list[Backend], options: Options) -> l
     if "memory" in options.metrics:
         _measure_memory(cells, steps, inputs, options)
     if "overhead" in options.metrics:
-        _measure_overhead(cells, steps, built.inputs(TINY_SEED, device, tiny=True), options, waits)
+        _measure_overhead(cells, steps, options.inputs(built, TINY_SEED, tiny=True), options, waits)
     if "warm" in options.metrics:
         _measure_warm(built, backends, cells, steps, inputs, options)
     if "cold" in options.metrics:
@@ -241,7 +252,7 @@ def _measure_warm(built, backends, cells, steps, inputs, options) -> None:
         try:
             backend.reset()
             model = fresh_copy(built.module, options.device)
-            step = Step(backend.compile(model), model, options.mode)
+            step = options.step(backend.compile(model), model)
             cells[backend.name].warm_compile_s, _ = timed(lambda step=step: step(inputs), options.device)
             run_until_compiled(lambda step=step: step(inputs), backend.wait_compiled)  # none left running
         except Exception as error:
@@ -251,7 +262,12 @@ def _measure_warm(built, backends, cells, steps, inputs, options) -> None:
 def cold_command(spec: ModelSpec, backend: Backend, options: Options) -> list[str]:
     return [sys.executable, "-m", "benchmarks.cold", "--model", spec.name, "--backend", backend.name,
             "--preset", options.preset, "--device", options.device, "--mode", options.mode,
-            *(["--threads", str(options.threads)] if options.threads else [])]
+            *precision_args(options.precision), *(["--threads", str(options.threads)] if options.threads else [])]
+
+
+def precision_args(precision: Precision) -> list[str]:
+    """The command-line words that select `precision` (for the child processes of a run)."""
+    return ["--dtype", precision.dtype, *(["--amp", precision.amp] if precision.amp else [])]
 
 
 def prime(backend: Backend, options: Options) -> None:
@@ -262,8 +278,10 @@ def prime(backend: Backend, options: Options) -> None:
         return
     toy = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).to(options.device)
     try:
-        step = Step(backend.compile(toy), toy, options.mode)
-        toy_inputs = Inputs((torch.randn(4, 8, device=options.device),))
+        options.precision.cast_model(toy)
+        step = options.step(backend.compile(toy), toy)
+        toy_inputs = options.precision.cast_inputs(Inputs((torch.randn(4, 8, device=options.device),)),
+                                                   options.device)
         step(toy_inputs)
         run_until_compiled(lambda: step(toy_inputs), backend.wait_compiled)
     except Exception:

@@ -58,6 +58,8 @@ SUITES = {
     "handwritten": lambda: _family("hand-written", "micro"),
     "hf": lambda: _family("encoder", "decoder", "encoder-decoder", "vision", "audio"),
     "zoo": lambda: _family("torchvision", "timm"),
+    # The default on CUDA: the models people bring to a GPU, not the quick smoke test.
+    "gpu": lambda: [*SUITES["hf"](), *SUITES["zoo"]()],
     "all": lambda: list(all_models()),
 }
 
