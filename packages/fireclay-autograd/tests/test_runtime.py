@@ -248,3 +248,19 @@ def test_example_tensors_have_the_inputs_types_and_zero_integers():
         assert (made.shape, made.stride(), made.storage_offset(), made.dtype, made.device) == \
             (real.shape, real.stride(), real.storage_offset(), real.dtype, real.device)
     assert not examples[1].any() and not examples[2].any()
+
+
+@pytest.mark.parametrize("op,index,value,expected", [
+    ("_scaled_dot_product_cudnn_attention.default", 4, 128, True),   # max_q: a sequence length
+    ("_scaled_dot_product_flash_attention.default", 5, 64, True),    # max_k
+    ("_local_scalar_dense.default", 0, 3, False),                    # .item(): data
+    ("_scaled_dot_product_cudnn_attention.default", 4, True, False), # not an int
+    ("_scaled_dot_product_cudnn_attention.default", 0, 3, False),    # the schema says Tensor
+])
+def test_int_results_derived_from_metadata_are_sizes_not_data(op, index, value, expected):
+    """A meta kernel cannot read data: an int it returns where the schema returns an int is a
+    size (fused attention's max_q/max_k), unless the op is tagged data-dependent."""
+    from fireclay_autograd.tracer import _size_result
+
+    packet, _, overload = op.partition(".")
+    assert _size_result(getattr(getattr(torch.ops.aten, packet), overload), index, value) is expected

@@ -31,6 +31,24 @@ def test_an_extern_with_a_scalar_result_is_refused_clearly():
         lower(h.program(v))
 
 
+@pytest.mark.parametrize("read", ["none", "node", "output"])
+def test_unread_results_of_fused_attention_get_no_buffer(read):
+    """Fused attention on CUDA leaves its log-sum-exp and sequence lengths undefined when no
+    backward reads them; a result nothing reads must not be bound (its metadata says a tensor),
+    while one a node or the graph's outputs read must be."""
+    h = Hand()
+    q, k, v = (h.input(name, 2, 4, 16, 8, dtype="bfloat16") for name in "qkv")
+    outs = h.op("_scaled_dot_product_cudnn_attention.default", q, k, v, None, read != "none", 0.0, False, False,
+                out=[t(2, 4, 16, 8, dtype="bfloat16"), t(2, 4, 16, 1), ScalarType("opaque"), ScalarType("opaque"),
+                     ScalarType("int"), ScalarType("int"), t(dtype="int64"), t(dtype="int64"), ScalarType("opaque")])
+    extra = [outs[1]] if read == "output" else []
+    if read == "node":
+        extra = [h.op("exp.default", outs[1], out=t(2, 4, 16, 1))]
+    loops = lower(h.program(outs[0], *extra))
+    extern = next(n for n in loops.nodes if getattr(n, "op", "") == "aten::_scaled_dot_product_cudnn_attention.default")
+    assert extern.result_positions() == ([0] if read == "none" else [0, 1])
+
+
 def symbolic_program():
     g = Graph("main")
     x = g.add_input("x", TensorMeta("float32", ("s0", "s1")))

@@ -148,12 +148,12 @@ class AtenTracer(CompilerDispatchMode):
             raise TracingError(f"cannot trace {name}: {exc}{self._where()}") from exc
         flat_out = list(out) if isinstance(out, (tuple, list)) else [out]
         types = []
-        for o in flat_out:
+        for k, o in enumerate(flat_out):
             if isinstance(o, torch.Tensor):
                 types.append(tensor_meta(o, device).with_(requires_grad=False))
             elif o is None:
                 types.append(ScalarType("opaque"))
-            elif isinstance(o, torch.SymInt):
+            elif isinstance(o, torch.SymInt) or _size_result(func, k, o):
                 types.append(ScalarType("int"))
             elif isinstance(o, (int, float, bool)):
                 raise TracingError(f"{name} produces a data-dependent Python value, which a graph cannot "
@@ -289,3 +289,15 @@ def _mutated_argument(func, index: int, args, kwargs) -> Any:
                 return kwargs.get(arg.name)
             return args[pos] if pos < len(args) else None
     return None
+
+
+def _size_result(func, index: int, value: Any) -> bool:
+    """Whether ``value``, the ``index``-th result of ``func``, is a size the op derives from its
+    inputs' metadata rather than their data: an int where the schema returns an int, from an op
+    not tagged as data-dependent (fused attention's ``max_q``/``max_k``, the sequence lengths).
+    Results here come from meta kernels, which cannot read data. The caller keeps the Python int,
+    which later ops take as a constant, as they would a static size."""
+    if not isinstance(value, int) or isinstance(value, bool) or torch.Tag.data_dependent_output in func.tags:
+        return False
+    returns = func._schema.returns
+    return index < len(returns) and str(returns[index].type) in ("int", "SymInt")

@@ -186,6 +186,8 @@ _KEPT_WHOLE: tuple[tuple[str, tuple[str, ...]], ...] = (
         "aten::_scaled_dot_product_efficient_attention_backward.default",
         "aten::_scaled_dot_product_flash_attention.default",
         "aten::_scaled_dot_product_flash_attention_backward.default",
+        "aten::_scaled_dot_product_cudnn_attention.default",
+        "aten::_scaled_dot_product_cudnn_attention_backward.default",
     )),
     ("views: functionalization must see them to follow aliasing, and a kernel compiler turns them "
      "into index arithmetic", (
@@ -212,7 +214,8 @@ def kept_whole_ops() -> tuple[str, ...]:
       ``_native_batch_norm_legit_functional``, ``copy``, ``alias``, ``zero``, ``fill.Scalar``,
       ``fill.Tensor``;
     * fused attention, forward and backward (``_scaled_dot_product_flash_attention``,
-      ``..._for_cpu``, ``_scaled_dot_product_efficient_attention``): one extern call, and the
+      ``..._for_cpu``, ``_scaled_dot_product_efficient_attention``,
+      ``_scaled_dot_product_cudnn_attention``): one extern call, and the
       decomposition's outputs do not match what the backward op expects;
     * views (``view``, ``permute``, ``expand``, ``slice``, ``select``, ``diagonal``,
       ``as_strided``, ``unsqueeze``, ``squeeze.dim``/``.dims``, ``split_with_sizes``):

@@ -183,14 +183,23 @@ class LoweringContext:
     def extern(self, op: str, args: tuple, kwargs: dict, kind: str = "extern") -> tuple[BufferValue | None, ...]:
         """An extern (or fallback) call writing the current node's tensor outputs. An output
         typed ``ScalarType("opaque")`` is a result the op leaves undefined (None): it gets no
-        buffer, and its value in the lowering is None, so a use of it fails loudly."""
+        buffer, and its value in the lowering is None, so a use of it fails loudly. So is a
+        scalar result no node reads (fused attention's sequence lengths, which the traced graph
+        holds as constants where it needs them). A tensor result of a several-result call that
+        nothing reads gets no buffer either: fused attention leaves its log-sum-exp undefined
+        when no backward asks for it, though its metadata describes one."""
         outs: list[Buffer] = []
         positions: list[int] = []
         results: list[BufferValue | None] = []
         follows_cl = self.channels_last and _result_is_channels_last(op, args)
+        graph_outputs = set(_values_in(self.node.graph.outputs))
         for k, o in enumerate(self.node.outputs):
+            unread = not o.users and o not in graph_outputs
+            if o.is_tensor and len(self.node.outputs) > 1 and unread:
+                results.append(None)
+                continue
             if not o.is_tensor:
-                if isinstance(o.type, ScalarType) and o.type.kind == "opaque":
+                if isinstance(o.type, ScalarType) and (o.type.kind == "opaque" or unread):
                     results.append(None)
                     continue
                 raise LoweringError(f"{op} returns a non-tensor value %{o.name}; it cannot be an extern call",

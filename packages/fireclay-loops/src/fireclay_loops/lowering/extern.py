@@ -20,6 +20,7 @@ EXTERN_OPS = (
     "_scaled_dot_product_flash_attention_for_cpu.default",
     "_scaled_dot_product_efficient_attention.default",
     "_scaled_dot_product_flash_attention.default",
+    "_scaled_dot_product_cudnn_attention.default",
 )
 
 
