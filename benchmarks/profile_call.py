@@ -7,8 +7,9 @@ a cProfile of the first non-eager backend's steps (top functions by own time).
         --backends eager,inductor,fireclay --categories
 
 ``--categories`` prints each backend's device time per call by category (matmul, attention,
-generated kernels, library pointwise/reduction, copies and layout changes, and the time between
-kernels) and, per category, how far each backend is from the fastest: where one loses.
+generated kernels, library pointwise/reduction, copies and layout changes, and the device's idle
+time while the calls ran: large when the host cannot issue kernels as fast as the device runs
+them) and, per category, how far each backend is from the fastest: where one loses.
 
 ``--tiny`` uses the smallest inputs of each model (batch 1, a few tokens), where per-call
 overhead rather than kernel time dominates: the "tiny" column of ``benchmarks.run``. Wall times
@@ -40,7 +41,7 @@ CATEGORIES = (
     ("library pointwise/reduction", ("at::native", "elementwise", "reduce_kernel", "vectorized")),
 )
 GENERATED = "generated kernels"
-BETWEEN = "between kernels"
+BETWEEN = "device idle (host-bound)"
 
 
 def per_step_ms(step: Step, inputs, device: str, calls: int = 30, repeats: int = 7) -> float:
