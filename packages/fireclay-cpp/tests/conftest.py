@@ -1,4 +1,4 @@
-"""Tests compile into the ordinary cache (``FIRECLAY_CACHE_DIR`` or the temp-dir default): its
+"""Tests compile into the ordinary cache (``FIRECLAY_CACHE_DIR`` or the user's cache folder): its
 keys are content hashes, so a warm cache is always right, and xdist workers share builds.
 Tests of the cache itself use folders of their own."""
 

@@ -3,10 +3,14 @@
 Key: sha256 of the source, the compiler's path and ``--version``, the flags, the CPU (flags say
 ``-march=native``) and fireclay-cpp's version. Layout: ``<cache>/<key[:2]>/<key>.{cpp,so,json}``;
 the ``.json`` records the library's size and sha256, written last, so an entry is complete only
-when its record matches.
+when its record matches. The record guards against a torn or damaged entry, not against another
+user: that is the folder's part. Every folder of an entry is checked by
+:func:`fireclay_loops.cache_dirs.private_folder` (this user's alone, mode 0700) before anything
+in it is read or loaded; a folder that fails is replaced, with one warning, by a private
+temporary one for this process, so the library is compiled there and nothing planted is loaded.
 
 Safe under concurrency: a build holds an exclusive lock on ``<key>.lock`` (``fcntl``), writes to
-temporary names and publishes with ``os.replace``; whoever takes the lock second finds the
+``mkstemp`` names in the entry's folder and publishes with ``os.replace``; whoever takes the lock second finds the
 entry built. A corrupt entry (truncated, overwritten, unloadable) fails the check and is rebuilt.
 Libraries that all need building compile in parallel, one compiler process each.
 """
@@ -21,14 +25,15 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from fireclay_cpp.config import Config, config
 from fireclay_cpp.errors import BuildError
+from fireclay_loops.cache_dirs import cache_folder_or_private, write_atomic
 
 try:
     import fcntl
@@ -84,7 +89,9 @@ class Library:
 
 
 def _paths(key: str, cfg: Config) -> tuple[str, str, str, str]:
-    folder = os.path.join(cfg.resolved_cache_dir(), key[:2])
+    """The entry's folder (checked, made 0700, or a private stand-in) and its source, library and
+    record."""
+    folder = cache_folder_or_private(os.path.join(cache_folder_or_private(cfg.resolved_cache_dir()), key[:2]))
     base = os.path.join(folder, key)
     return folder, base + ".cpp", base + ".so", base + ".json"
 
@@ -119,22 +126,15 @@ def _locked(path: str):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _write_atomic(path: str, data: str) -> None:
-    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
-    with open(tmp, "w") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
 def _compile(source: str, key: str, cfg: Config, force: bool = False) -> float:
     """Build the entry for ``key`` unless a valid one exists; returns compile seconds (0: none)."""
     folder, cpp, so, record = _paths(key, cfg)
-    os.makedirs(folder, exist_ok=True)
     with _locked(os.path.join(folder, key + ".lock")):
         if _entry_ok(so, record) and not force:
             return 0.0
-        _write_atomic(cpp, source + f'\nextern "C" const char* fc_cache_key() {{ return "{key}"; }}\n')
-        tmp = f"{so}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+        write_atomic(cpp, source + f'\nextern "C" const char* fc_cache_key() {{ return "{key}"; }}\n')
+        fd, tmp = tempfile.mkstemp(prefix=f".{key}-", suffix=".so", dir=folder)
+        os.close(fd)  # the compiler writes it; the name is ours, made exclusively
         cmd = [cfg.resolved_compiler(), *cfg.flags(), cpp, *cfg.link_flags(), "-o", tmp]
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -147,7 +147,7 @@ def _compile(source: str, key: str, cfg: Config, force: bool = False) -> float:
         meta = {"size": os.path.getsize(tmp), "sha256": _sha256(tmp), "compiler": compiler_identity(
             cfg.resolved_compiler()), "flags": cfg.flags(), "seconds": round(seconds, 3)}
         os.replace(tmp, so)
-        _write_atomic(record, json.dumps(meta, indent=1))
+        write_atomic(record, json.dumps(meta, indent=1))
         return max(seconds, 1e-9)
 
 

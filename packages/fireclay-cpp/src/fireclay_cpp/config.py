@@ -1,7 +1,8 @@
 """fireclay-cpp's settings, each with its environment variable.
 
 * ``FIRECLAY_CACHE_DIR``: the on-disk cache of compiled libraries (default
-  ``<tempdir>/fireclay-cache-<user>``; the C++ libraries go in its ``cpp/`` folder);
+  ``$XDG_CACHE_HOME/fireclay`` or ``~/.cache/fireclay``, :mod:`fireclay_loops.cache_dirs`; the C++
+  libraries go in its ``cpp/`` folder, which must be this user's alone);
 * ``FIRECLAY_CXX`` (else ``CXX``): the C++ compiler (default ``g++``);
 * ``FIRECLAY_CPP_FLAGS``: extra compiler flags, appended to the defaults;
 * ``FIRECLAY_CPP_THREADS``: the number of threads kernels are planned for (default: CPU count);
@@ -16,11 +17,11 @@ vectorise; both flags are part of the cache key.
 from __future__ import annotations
 
 import functools
-import getpass
 import os
 import platform
-import tempfile
 from dataclasses import dataclass, field
+
+from fireclay_loops.cache_dirs import default_root
 
 # -fno-trapping-math: no code reads floating-point exception flags, and without it GCC will not
 # turn a select whose arm divides (a mean's gradient masked by max pooling's) into a vector
@@ -42,16 +43,9 @@ def _has_libmvec() -> bool:
         return False
 
 
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no user name in some containers
-        return str(os.getuid()) if hasattr(os, "getuid") else "user"
-
-
 @dataclass
 class Config:
-    cache_dir: str | None = None  # None: read FIRECLAY_CACHE_DIR at use
+    cache_dir: str | None = None  # the cache root; None: fireclay_loops.cache_dirs.default_root() at use
     compiler: str | None = None  # None: FIRECLAY_CXX, CXX, then g++
     extra_flags: list[str] = field(default_factory=list)
     threads: int | None = None
@@ -61,10 +55,12 @@ class Config:
     # much memory between calls for a gain that is small next to their run time.
     keep_arena_bytes: int | None = None
 
+    def resolved_cache_root(self) -> str:
+        """The cache shared with the other stages; this package's files go in its ``cpp/``."""
+        return os.path.abspath(self.cache_dir) if self.cache_dir else default_root()
+
     def resolved_cache_dir(self) -> str:
-        base = self.cache_dir or os.environ.get("FIRECLAY_CACHE_DIR") or os.path.join(
-            tempfile.gettempdir(), f"fireclay-cache-{_user()}")
-        return os.path.join(base, "cpp")
+        return os.path.join(self.resolved_cache_root(), "cpp")
 
     def resolved_compiler(self) -> str:
         return self.compiler or os.environ.get("FIRECLAY_CXX") or os.environ.get("CXX") or "g++"

@@ -20,6 +20,7 @@ import sympy
 import torch
 
 from fireclay_loops import ScheduledProgram
+from fireclay_loops.cache_dirs import cache_folder_or_private
 from fireclay_loops.codegen_support import to_scheduled
 from fireclay_triton import precompile, runtime
 from fireclay_triton.autotune import TuningCache
@@ -74,7 +75,7 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
     scheduled = to_scheduled(program, split_reductions=True)
     kernels = generate_kernels(scheduled, cfg, interpret)
     source = kernel_module_source(kernels, interpret)
-    cache_dir = cfg.resolved_cache_dir()
+    cache_dir = cache_folder_or_private(cfg.resolved_cache_dir())
     namespace: dict[str, Any] = {"torch": torch, "as_base": runtime.as_base, "typed": runtime.typed,
                                  "view": runtime.view, "conform": runtime.conform,
                                  "pick_device": runtime.pick_device}

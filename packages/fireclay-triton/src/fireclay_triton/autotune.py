@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 
 import triton
 
+from fireclay_loops.cache_dirs import cache_folder_or_private, write_atomic
+
 _LOCK = threading.Lock()
 
 
@@ -93,10 +95,12 @@ def candidates(kind: str, numel: int, rnumel: int, interpret: bool, columns: boo
 
 
 class TuningCache:
-    """Chosen configs in one JSON file; written whole, atomically, after each new result."""
+    """Chosen configs in one JSON file; written whole, atomically, after each new result. The file
+    is read and written only in a folder that is this user's alone (else in a private stand-in:
+    :mod:`fireclay_loops.cache_dirs`)."""
 
     def __init__(self, folder: str):
-        self.path = os.path.join(folder, "autotune.json")
+        self.path = os.path.join(cache_folder_or_private(folder), "autotune.json")
         self._data: dict | None = None
 
     def _load(self) -> dict:
@@ -119,11 +123,7 @@ class TuningCache:
             self._data = None
             data = self._load()
             data[key] = asdict(cfg)
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            tmp = f"{self.path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-            os.replace(tmp, self.path)
+            write_atomic(self.path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def tuning_key(source_hash: str, numel: int, rnumel: int, device_name: str) -> str:

@@ -1,6 +1,7 @@
 """fireclay-triton's settings, each with its environment variable.
 
-* ``FIRECLAY_CACHE_DIR``: the on-disk cache (default ``<tempdir>/fireclay-cache-<user>``);
+* ``FIRECLAY_CACHE_DIR``: the on-disk cache (default ``$XDG_CACHE_HOME/fireclay`` or
+  ``~/.cache/fireclay``, :mod:`fireclay_loops.cache_dirs`; it must be this user's alone);
   generated kernel modules and autotuning results go in its ``triton/`` folder, compiled
   binaries in Triton's own cache (``TRITON_CACHE_DIR``);
 * ``FIRECLAY_TRITON_AUTOTUNE``: ``0`` turns autotuning off (the heuristic config is used);
@@ -21,17 +22,10 @@
 
 from __future__ import annotations
 
-import getpass
 import os
-import tempfile
 from dataclasses import dataclass
 
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no user name in some containers
-        return str(os.getuid()) if hasattr(os, "getuid") else "user"
+from fireclay_loops.cache_dirs import default_root
 
 
 def interpreting() -> bool:
@@ -40,17 +34,19 @@ def interpreting() -> bool:
 
 @dataclass
 class Config:
-    cache_dir: str | None = None  # None: FIRECLAY_CACHE_DIR, else a folder in the temp dir
+    cache_dir: str | None = None  # the cache root; None: fireclay_loops.cache_dirs.default_root() at use
     autotune: bool | None = None  # None: FIRECLAY_TRITON_AUTOTUNE (default on, off when interpreting)
     dump_dir: str | None = None  # None: FIRECLAY_TRITON_DUMP (default: no dump)
     persistent_limit: int | None = None
     max_autotune: bool | None = None  # None: FIRECLAY_TRITON_MAX_AUTOTUNE (default off)
     precompile: bool | None = None  # None: FIRECLAY_TRITON_PRECOMPILE (default on)
 
+    def resolved_cache_root(self) -> str:
+        """The cache shared with the other stages; this package's files go in its ``triton/``."""
+        return os.path.abspath(self.cache_dir) if self.cache_dir else default_root()
+
     def resolved_cache_dir(self) -> str:
-        base = self.cache_dir or os.environ.get("FIRECLAY_CACHE_DIR") or os.path.join(
-            tempfile.gettempdir(), f"fireclay-cache-{_user()}")
-        return os.path.join(base, "triton")
+        return os.path.join(self.resolved_cache_root(), "triton")
 
     def resolved_autotune(self) -> bool:
         if interpreting():

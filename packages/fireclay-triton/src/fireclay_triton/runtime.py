@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from fireclay_loops.cache_dirs import cache_folder_or_private, write_atomic
 from fireclay_loops.runtime_support import CompiledCall, bound_op, input_base
 from fireclay_loops.runtime_support import aten_op as shared_aten_op
 from fireclay_loops.runtime_support import conform as conform  # re-exported for the wrapper
@@ -75,26 +76,44 @@ def split_shape(cfg: LaunchConfig, numel: int, rnumel: int, sms: int) -> tuple[i
 
 def load_module(source: str, folder: str):
     """Import generated kernel source from a file named by its hash (Triton's ``@jit`` reads
-    source through ``inspect``, so the kernels must live in a real file)."""
+    source through ``inspect``, so the kernels must live in a real file).
+
+    ``folder`` is used only if it is this user's alone
+    (:mod:`fireclay_loops.cache_dirs`; else a private temporary folder), and a file already there
+    is imported only if it holds exactly ``source``: anything else is rewritten first."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:32]
-    os.makedirs(folder, exist_ok=True)
+    folder = cache_folder_or_private(folder)
     path = os.path.join(folder, f"k{digest}.py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
-    return import_file(path, f"fireclay_triton_kernels_{digest}"), digest
+    if not _holds(path, source):
+        write_atomic(path, source)
+    return import_file(path, f"fireclay_triton_kernels_{digest}", source), digest
 
 
-def import_file(path: str, name: str):
-    """The module of the Python file ``path``, imported as ``name`` once per process."""
+def _holds(path: str, source: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read() == source.encode()
+    except OSError:
+        return False
+
+
+def import_file(path: str, name: str, source: str | None = None):
+    """The module of the Python file ``path``, imported as ``name`` once per process. The code run
+    is ``source`` when given (what the caller checked the file holds), else the file's text read
+    once here; never a bytecode cache beside the file, which no one has compared with it."""
     if name in sys.modules:
         return sys.modules[name]
+    if source is None:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        exec(compile(source, path, "exec"), module.__dict__)
+    except BaseException:
+        del sys.modules[name]
+        raise
     return module
 
 

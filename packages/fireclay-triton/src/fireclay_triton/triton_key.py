@@ -13,7 +13,9 @@ separates Triton versions and builds as well; it differs from Triton's own key, 
 processes share cache entries among themselves, not with other users of Triton's cache. The key
 is stored in Triton's cache folder together with a stamp of the installation (path, size and
 modification time of every file), and a later process whose installation has the same stamp
-reads it instead of hashing. An empty cache folder (a cold start) hashes again.
+reads it instead of hashing. An empty cache folder (a cold start) hashes again, and so does a
+folder another user could write (:func:`fireclay_loops.cache_dirs.private_folder`): the key is
+then neither read from it nor stored in it.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import json
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+
+from fireclay_loops.cache_dirs import private_folder, write_atomic
 
 _lock = threading.Lock()
 _done: list[str] = []  # the key, once install has run
@@ -111,11 +115,12 @@ def install() -> str | None:
             return None
         root = os.path.dirname(os.path.abspath(triton.__file__))
         stamp = installation_stamp(root)
-        path = os.path.join(folder, FILE_NAME)
-        key = _stored(path, stamp)
+        path = os.path.join(folder, FILE_NAME) if private_folder(folder) else None
+        key = _stored(path, stamp) if path else None
         if key is None:
             key = installation_key(root, getattr(triton, "__version__", "unknown"))
-            _store(path, stamp, key)
+            if path:
+                _store(path, stamp, key)
         cache.triton_key = functools.lru_cache(maxsize=None)(lambda: key)
         _done.append(key)
         return key
@@ -134,10 +139,6 @@ def _stored(path: str, stamp: str) -> str | None:
 
 def _store(path: str, stamp: str, key: str) -> None:
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"stamp": stamp, "key": key}, f)
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps({"stamp": stamp, "key": key}))
     except OSError:  # a read-only cache: each process computes the key, as Triton does
         pass

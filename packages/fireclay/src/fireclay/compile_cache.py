@@ -10,11 +10,16 @@ stages made the first time:
   ``<cache_dir>/cpp``, fireclay-triton's kernels and Triton's), which this cache points at the
   same folder.
 
+Entries are read and written only in folders that are this user's alone
+(:func:`fireclay_loops.cache_dirs.private_folder`): under a folder that is not, with one warning,
+every lookup misses and nothing is stored.
+
 Keys are SHA-256 digests of the stage's input program in fireclay-ir's canonical JSON (weights
 by metadata, never their values), the metadata of the inputs (dtype, shape, strides, device,
 requires_grad), grad mode, the stage's configuration, the versions of fireclay, its stages and
 torch, and a digest of those stages' source files. Entries live under
-``config.cache_dir/artifacts/<stage>/``; each file starts with a header holding the digest of its
+``<cache root>/artifacts/<stage>/`` (the root: ``config.cache_dir``, by default the user's cache
+folder); each file starts with a header holding the digest of its
 payload, is written to a temporary file and renamed into place (readers never see half a file),
 and an entry that fails its checksum or does not load is counted as corrupt, rebuilt and
 overwritten. ``config.compile_cache = False`` (or ``FIRECLAY_COMPILE_CACHE=0``) turns it off.
@@ -30,13 +35,13 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 from typing import Any
 
 import torch
 
 from fireclay.config import config
+from fireclay_loops.cache_dirs import default_root, private_folder, write_atomic
 
 log = logging.getLogger("fireclay.cache")
 
@@ -73,7 +78,13 @@ class CorruptEntry(Exception):
 
 
 def _root() -> str:
-    return os.path.join(config.cache_dir, "artifacts")
+    return os.path.join(config.cache_dir or default_root(), "artifacts")
+
+
+def _trusted(folder: str) -> bool:
+    """Whether the cache's root folder and ``folder`` under it are this user's alone (made if
+    missing); one warning for a root that is not."""
+    return private_folder(_root()) is not None and private_folder(folder) is not None
 
 
 def entry_path(stage: str, key: str) -> str:
@@ -83,6 +94,8 @@ def entry_path(stage: str, key: str) -> str:
 def read_entry(stage: str, key: str) -> str | None:
     """The payload stored for ``key``, None if there is none; CorruptEntry if the file is bad."""
     path = entry_path(stage, key)
+    if not os.path.isdir(os.path.dirname(path)) or not _trusted(os.path.dirname(path)):
+        return None  # nothing stored, or stored where another user could have written it
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -99,23 +112,15 @@ def read_entry(stage: str, key: str) -> str | None:
     return payload
 
 
-def write_entry(stage: str, key: str, payload: str) -> None:
-    """Store ``payload`` atomically: a temporary file in the same folder, renamed into place."""
+def write_entry(stage: str, key: str, payload: str) -> bool:
+    """Store ``payload`` atomically (a ``mkstemp`` file in the same folder, renamed into place),
+    if its folder is this user's alone; returns whether it was stored."""
     path = entry_path(stage, key)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if not _trusted(os.path.dirname(path)):
+        return False
     digest = hashlib.sha256(payload.encode("utf-8")).hexdigest()
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(f"{ENTRY_MAGIC} {digest} {stage} {key}\n")
-            f.write(payload)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, (f"{ENTRY_MAGIC} {digest} {stage} {key}\n" + payload).encode("utf-8"))
+    return True
 
 
 # -- keys
@@ -190,7 +195,8 @@ def _lookup(stage: str, key: str) -> str | None:
 
 def _store(stage: str, key: str, payload: str) -> None:
     try:
-        write_entry(stage, key, payload)
+        if not write_entry(stage, key, payload):
+            return
     except OSError as e:  # a full or read-only disk costs the next process time, nothing else
         log.warning("compile cache: could not write the %s entry under %s (%s)", stage, _root(), e)
         return

@@ -17,7 +17,6 @@ import contextlib
 import dataclasses
 import importlib
 import os
-import tempfile
 from typing import Any
 
 
@@ -38,9 +37,11 @@ class Config:
     # Relative/absolute tolerance used by verify_correctness.
     verify_rtol: float = 1e-4
     verify_atol: float = 1e-5
-    # Where compiled artifacts are cached across processes (FIRECLAY_CACHE_DIR; fireclay-cpp's
-    # libraries go in its cpp/ folder, the stages' artifacts in artifacts/).
-    cache_dir: str = os.path.join(tempfile.gettempdir(), "fireclay-cache")
+    # Where compiled artifacts are cached across processes (FIRECLAY_CACHE_DIR; "" = the user's
+    # cache folder, $XDG_CACHE_HOME/fireclay or ~/.cache/fireclay: fireclay_loops.cache_dirs).
+    # fireclay-cpp's libraries go in its cpp/ folder, the stages' artifacts in artifacts/; a
+    # folder another user could write is not used (one warning; the compile goes on without it).
+    cache_dir: str = ""
     # Reuse the autograd and loops stages' artifacts from cache_dir across processes.
     compile_cache: bool = True
     # Write every stage's intermediate program and generated source under this folder ("" = off).
