@@ -13,22 +13,74 @@ cache hit evaluates each source expression once::
         return [v0, v3]
 
 It returns the input list on success and ``None`` when any guard fails.
+
+Every entry also guards the process-wide state that changes what a traced program computes, as
+TorchDynamo's global-state guard does (:func:`global_state`): grad mode, the default dtype,
+autocast (on or off, and its dtype, for cpu and cuda), deterministic algorithms (and warn-only),
+and how many torch function modes and dispatch modes are active. It is one tuple, compared in one
+line of the generated function.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from fireclay_capture.sources import ConstSource, Source
 
 
+class GlobalState(NamedTuple):
+    """The process-wide settings a trace depends on (compared as a plain tuple)."""
+
+    grad_mode: bool
+    default_dtype: torch.dtype
+    autocast_cpu: bool | torch.dtype  # False when off, else its dtype
+    autocast_cuda: bool | torch.dtype
+    deterministic: bool | int  # False when off, 1 when on, 2 when on and warn-only
+    function_modes: int  # torch function modes on the stack (a mode sees every call)
+    dispatch_modes: int  # dispatch modes on the stack
+
+    def __repr__(self) -> str:  # short enough for one line of explain(): autocast as cpu/cuda
+        def short(value: Any) -> str:
+            return "off" if value is False else str(value).removeprefix("torch.")
+
+        deterministic = {False: "off", 1: "on", 2: "warn-only"}[self.deterministic]
+        modes = f", modes {self.function_modes}+{self.dispatch_modes}" if self.function_modes or self.dispatch_modes else ""
+        return (f"grad {'on' if self.grad_mode else 'off'}, {short(self.default_dtype)}, autocast "
+                f"{short(self.autocast_cpu)}/{short(self.autocast_cuda)}, deterministic {deterministic}{modes}")
+
+
+def _global_state_reader():
+    # The readers bound once: the guard calls this on every call of every entry, so settings that
+    # only matter while another is on (autocast's dtype, deterministic's warn-only) are read only
+    # then. The mode stack lengths are torch's own counters (the public getters build lists).
+    grad, dtype = torch.is_grad_enabled, torch.get_default_dtype
+    on, autocast_dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
+    det, warn = torch.are_deterministic_algorithms_enabled, torch.is_deterministic_algorithms_warn_only_enabled
+    function_modes = getattr(torch._C, "_len_torch_function_stack", lambda: 0)
+    dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
+
+    def read() -> tuple:
+        return (grad(), dtype(), on("cpu") and autocast_dtype("cpu"), on("cuda") and autocast_dtype("cuda"),
+                det() and 1 + warn(), function_modes(), dispatch_modes())
+
+    return read
+
+
+_read_global_state = _global_state_reader()
+
+
+def global_state() -> GlobalState:
+    """The process-wide settings now: what every cache entry is guarded on."""
+    return GlobalState(*_read_global_state())
+
+
 @dataclass
 class Guard:
     source: Source | None
-    kind: str  # type | id | equals | tensor | len | dict_keys | not_in | same | distinct | grad_mode | no_hooks
+    kind: str  # type | id | equals | tensor | len | dict_keys | not_in | same | distinct | global_state | no_hooks
     data: Any = None
 
     def describe(self) -> str:
@@ -93,11 +145,9 @@ class GuardSet:
         """A Python boolean expression over ``L`` (the symbolic-shape guards)."""
         self._add(None, "expr", text)
 
-    def autocast(self, state: tuple[bool, bool]) -> None:
-        self._add(None, "autocast", state)
-
-    def grad_mode(self, enabled: bool) -> None:
-        self._add(None, "grad_mode", enabled)
+    def global_state(self, state: GlobalState) -> None:
+        """Grad mode, default dtype, autocast, deterministic algorithms, modes: as at capture."""
+        self._add(None, "global_state", state)
 
     def __len__(self) -> int:
         return len(self.guards)
@@ -120,8 +170,7 @@ class CompiledGuards:
 
     def __init__(self, guards: list[Guard], input_sources: list[Source]):
         self.guards = guards
-        ns: dict[str, Any] = {"torch": torch, "___grad": torch.is_grad_enabled,
-                              "___autocast": torch.is_autocast_enabled}
+        ns: dict[str, Any] = {"torch": torch, "___global_state": _read_global_state}
         consts: dict[int, str] = {}
         lines: list[str] = []
         names: dict[Source, str] = {}
@@ -156,11 +205,8 @@ class CompiledGuards:
             if g.kind == "expr":
                 lines.append(f"if not ({g.data}): return None")
                 continue
-            if g.kind == "autocast":
-                lines.append(f"if ___autocast('cpu') is not {g.data[0]} or ___autocast('cuda') is not {g.data[1]}: return None")
-                continue
-            if g.kind == "grad_mode":
-                lines.append(f"if ___grad() is not {g.data!r}: return None")
+            if g.kind == "global_state":
+                lines.append(f"if ___global_state() != {const(tuple(g.data), 'state')}: return None")
                 continue
             v = ref(g.source)
             if g.kind == "type":

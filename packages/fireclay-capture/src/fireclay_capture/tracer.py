@@ -13,7 +13,7 @@ from fireclay_capture import config
 from fireclay_capture.aliases import AliasTable
 from fireclay_capture.dynamic import ShapeSession, marked_dims, source_text
 from fireclay_capture.errors import Unsupported
-from fireclay_capture.guards import GuardSet
+from fireclay_capture.guards import GuardSet, global_state
 from fireclay_capture.side_effects import DELETED, SideEffects  # noqa: F401 - DELETED is re-exported
 from fireclay_capture.sources import Source, clean_name
 from fireclay_capture.variables.base import CellVar, Var
@@ -26,11 +26,6 @@ if TYPE_CHECKING:
     from fireclay_capture.interpreter.frame import Frame
 
 CO_GENERATOR = 0x20
-
-
-def autocast_state() -> tuple[bool, bool]:
-    """Whether autocast is on for cpu and for cuda: op dtypes depend on it, so it is guarded."""
-    return torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
 
 
 class Tracer:
@@ -50,13 +45,13 @@ class Tracer:
         self._qualnames: dict[int, str] = {}
         if root_module is not None:
             self._qualnames = {id(m): name for name, m in root_module.named_modules(remove_duplicate=False)}
-        self.guards.grad_mode(torch.is_grad_enabled())
+        state = global_state()
+        self.guards.global_state(state)
         self.dynamic_dims = dynamic_dims or {}
         self.dynamic_all = dynamic_all
         self.shapes: ShapeSession | None = None
-        autocast = autocast_state()
-        self.guards.autocast(autocast)
-        if self.dynamic_dims or dynamic_all or on_fakes or any(autocast):
+        if self.dynamic_dims or dynamic_all or on_fakes or state.autocast_cpu is not False \
+                or state.autocast_cuda is not False:
             self.shapes = ShapeSession()
         self.entered_contexts: list = []  # real context managers to leave if the trace fails
         self.dynamic_sources: list[tuple[Source, frozenset[int]]] = []
