@@ -17,6 +17,7 @@ import math
 import os
 import struct
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -77,17 +78,39 @@ def write_safetensors(path: str | os.PathLike, tensors: dict[str, RawTensor],
         offset += len(t.data)
     text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
     text += b" " * (-(8 + len(text)) % _HEADER_ALIGN)  # pad so the data starts 8-byte aligned
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    chunks = [struct.pack("<Q", len(text)), text] + [tensors[name].data for name in names]
+    replace_file(path, chunks)
+
+
+def _umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()  # read once, at import: reading it means setting it, which threads would race
+
+
+def replace_file(path: str | os.PathLike, chunks: list[bytes]) -> None:
+    """Write ``chunks`` to ``path`` through a temporary file made by ``mkstemp`` in its folder
+    (an unpredictable name, created exclusively: a symbolic link planted beside ``path`` cannot
+    redirect the write), renamed into place; the file gets the usual permissions (0666 less the
+    umask)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(path))}.", suffix=".tmp",
+                               dir=os.path.dirname(os.path.abspath(path)))
     try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(text)))
-            f.write(text)
-            for name in names:
-                f.write(tensors[name].data)
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+            if hasattr(os, "fchmod"):  # POSIX: mkstemp made it 0600
+                os.fchmod(f.fileno(), 0o666 & ~_UMASK)
         os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _read_exact(f: BinaryIO, n: int, what: str) -> bytes:

@@ -15,6 +15,7 @@ from fireclay_ir.safetensors_io import (
     RawTensor,
     raw_to_tensor,
     read_safetensors,
+    replace_file,
     tensor_to_raw,
     write_safetensors,
 )
@@ -106,14 +107,7 @@ def save(program: Program, path: str | os.PathLike, *, limits: Limits = DEFAULT_
         write_safetensors(wpath, tensors, {"format": "pt", "producer": "fireclay-ir"})
     elif os.path.exists(wpath):
         os.remove(wpath)
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="ascii", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    replace_file(path, [text.encode("ascii")])
 
 
 def _convert(raw: RawTensor, meta: TensorMeta, as_: str) -> Any:
