@@ -4,7 +4,9 @@ Every package that writes a cache (fireclay-cpp's libraries, fireclay-triton's k
 tuning results, the umbrella's stage artifacts) keeps it in a subfolder of one root:
 
 * ``FIRECLAY_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/fireclay`` (an absolute
-  ``XDG_CACHE_HOME`` only, as the XDG specification asks), else ``~/.cache/fireclay``.
+  ``XDG_CACHE_HOME`` only, as the XDG specification asks), else ``~/.cache/fireclay`` (without a
+  home folder: ``<tempdir>/fireclay-<uid>``, which another user may have made first: the check
+  below then refuses it).
 
 A cache holds code this process loads and runs (shared libraries, Python modules), so it must be
 the user's own. :func:`private_folder` creates missing folders (the root among them) with mode
@@ -67,7 +69,11 @@ def default_root() -> str:
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):
         return os.path.join(xdg, "fireclay")
-    return os.path.join(os.path.expanduser("~"), ".cache", "fireclay")
+    home = os.path.expanduser("~")
+    if os.path.isabs(home):
+        return os.path.join(home, ".cache", "fireclay")
+    # no home folder: a per-user folder in the temporary folder, checked like any other
+    return os.path.join(tempfile.gettempdir(), f"fireclay-{_uid() if _checks_apply() else 'user'}")
 
 
 def _checks_apply() -> bool:
