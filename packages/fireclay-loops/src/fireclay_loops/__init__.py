@@ -14,7 +14,8 @@ Importing the package registers the ``loops`` dialect with fireclay-ir.
 ``torch`` extra); importing this package never imports torch.
 Code generators share ``fireclay_loops.codegen_support`` (wrapper and kernel text that follows
 from the scheduled program alone) and ``fireclay_loops.runtime_support`` (the tensor helpers a
-generated wrapper runs with; needs torch).
+generated wrapper runs with; needs torch). Every stage's disk cache lives in one folder of the
+user's, checked before anything in it is trusted: ``fireclay_loops.cache_dirs``.
 """
 
 __version__ = "0.1.0"
