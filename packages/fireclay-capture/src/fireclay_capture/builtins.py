@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from fireclay_capture.errors import ObservedException, Unsupported
-from fireclay_capture.variables.base import NULL, ConstVar, Var, const, wrap_constant
+from fireclay_capture.variables.base import NULL, ConstVar, FakeIdVar, Var, const, wrap_constant
 from fireclay_capture.variables.containers import (
     BaseListVar,
     DictVar,
@@ -460,7 +460,7 @@ BUILTIN_RULES = {
     builtins.print: _print,
     builtins.slice: lambda tx, *a: const(slice(*[x.as_python_constant() for x in a])),
     contextlib.nullcontext: lambda tx, *a: NullContextVar(a[0] if a else None),
-    builtins.id: lambda tx, v: _no_id(),
+    builtins.id: lambda tx, v: _id(tx, v),
 }
 
 
@@ -487,8 +487,20 @@ def _concrete(v):
     return concrete(v)
 
 
-def _no_id():
-    raise Unsupported("id() inside the captured function")
+def _id(tx, v: Var) -> Var:
+    """``id(v)``, as TorchDynamo answers it: the real id of an object that existed before the
+    frame (a constant, guarded by identity when it was read from a source), an opaque stand-in
+    for a value made inside the trace (equal only to itself; it may key dicts and be compared,
+    not leave the graph)."""
+    if isinstance(v, ConstVar) and (v.value is None or v.value is True or v.value is False):
+        return const(id(v.value))
+    obj = v.identity()
+    if obj is not v and not isinstance(v, (ConstVar, TensorVar)):
+        source = getattr(v, "source", None)
+        if source is not None:
+            tx.guards.id_is(source, obj)
+        return const(id(obj))
+    return FakeIdVar(id(v))
 
 
 BUILTIN_RULES[inspect.signature] = _signature

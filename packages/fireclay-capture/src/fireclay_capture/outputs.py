@@ -9,7 +9,7 @@ import torch
 
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.sources import AttrSource, ConstSource, ItemSource, LocalSource, Source
-from fireclay_capture.variables.base import ConstVar, Var
+from fireclay_capture.variables.base import ConstVar, FakeIdVar, Var
 from fireclay_capture.variables.containers import DictVar, ListVar, TupleVar
 from fireclay_capture.variables.objects import ModelOutputVar, NewObjectVar
 from fireclay_capture.variables.tensor import TensorVar
@@ -40,6 +40,8 @@ def output_spec(graph: Graph, var: Var, shapes=None, memo: dict | None = None) -
         if isinstance(v, ConstVar) and isinstance(v.value, torch.Size) and shapes is not None \
                 and any(isinstance(d, torch.SymInt) for d in v.value):
             return ("seq", torch.Size, [walk(ConstVar(d)) for d in v.value])
+        if isinstance(v, FakeIdVar):
+            raise Unsupported("returning id() of an object made inside the captured function")
         if isinstance(v, ConstVar):
             if isinstance(v.value, (torch.SymBool, torch.SymFloat)):
                 # Returned as its value: bool()/float() make the ShapeEnv guard that value.

@@ -42,6 +42,9 @@ class SideEffects:
         # (container Var, its items before one change): undone when a break forgets a callee
         self.journal: list[tuple[Any, Any]] = []
         self.version = 0  # bumped on every recorded change
+        # n -> (callable, args, kwargs): calls made only for their effect outside the program
+        # (logging, warnings.warn), with constant arguments, made again after the graph
+        self.calls: dict[int, tuple[Any, tuple, dict]] = {}
 
     # -- recording
     def _touch(self, key: tuple) -> None:
@@ -67,6 +70,11 @@ class SideEffects:
         entry = self.globals.get((id(f_globals), name))
         return None if entry is None else entry[2]
 
+    def record_call(self, fn: Any, args: tuple, kwargs: dict) -> None:
+        n = len(self.calls)
+        self.calls[n] = (fn, args, kwargs)
+        self._touch(("call", n))
+
     def mutate_container(self, var: Any) -> None:
         """``var`` (a ListVar/DictVar with a source) is about to change: note it, and keep its
         items as they were so that a graph break inside a callee can undo the change."""
@@ -76,10 +84,12 @@ class SideEffects:
 
     # -- graph breaks inside inlined calls forget what the callee did
     def snapshot(self) -> tuple:
-        return dict(self.attrs), dict(self.globals), dict(self.containers), list(self.order), len(self.journal)
+        return (dict(self.attrs), dict(self.globals), dict(self.containers), list(self.order), len(self.journal),
+                dict(self.calls))
 
     def restore(self, snap: tuple) -> None:
-        attrs, globals_, containers, order, n_journal = snap
+        attrs, globals_, containers, order, n_journal, calls = snap
+        self.calls = dict(calls)
         while len(self.journal) > n_journal:
             var, items = self.journal.pop()
             var.items = items
@@ -122,6 +132,8 @@ class SideEffects:
                 if isinstance(v, ConstVar) and type(before) is type(v.value) and before == v.value:
                     continue  # set, then restored: nothing to do
                 replay.ops.append(("attr", target(source), name, value(v)))
+            elif kind == "call":
+                replay.ops.append(("call", *self.calls[key[1]]))
             elif kind == "global":
                 g, name, v = self.globals[key[1:]]
                 before = g.get(name, _MISSING)
@@ -182,6 +194,9 @@ class Replay:
                     g.pop(name, None)
                 else:
                     g[name] = vals[v]
+            elif kind == "call":
+                _, fn, args, kwargs = op
+                fn(*args, **kwargs)
             elif kind == "list":
                 objs[op[1]][:] = vals[op[2]]
             else:

@@ -141,6 +141,14 @@ class ConstVar(Var):
         return f"ConstVar({self.value!r})"
 
 
+class FakeIdVar(ConstVar):
+    """``id()`` of a value made inside the trace: a number only the trace itself can compare
+    (the object it names does not exist yet when the graph is made)."""
+
+    def __repr__(self):
+        return f"FakeIdVar({self.value})"
+
+
 class ConstMethodVar(Var):
     """A method of an immutable constant (``"a{}".format``, ``dtype.to_complex``): pure, so it
     is called for real on constant arguments."""

@@ -7,6 +7,7 @@ import builtins
 import contextlib
 import dataclasses
 import functools
+import logging
 import math
 import operator
 import os
@@ -29,6 +30,7 @@ from fireclay_capture.variables.functions import (
     UserMethodVar,
 )
 from fireclay_capture.variables.objects import ClassVar, EnvironVar, ModuleVar, ObjectVar, PyModuleVar
+from fireclay_capture.variables.replayed import REPLAYED_FUNCTIONS, LoggerVar, ReplayedCallVar
 from fireclay_capture.variables.tensor import TorchFnVar
 from fireclay_capture.variables.torch_names import TRACE_TIME_FUNCTIONS, public_torch_name
 
@@ -111,6 +113,12 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
             g.dict_keys(source, type(value), keys)
         return _remember(tx, value, DictVar({k: wrap(tx, v, ItemSource(source, k) if source else None)
                                              for k, v in value.items()}, source, cls=type(value)))
+    if isinstance(value, logging.Logger):
+        _guard_id(g, source, value)
+        return LoggerVar(value, source)
+    if value in REPLAYED_FUNCTIONS if _hashable(value) else False:
+        _guard_id(g, source, value)
+        return ReplayedCallVar(value, source)
     if value in TRACE_TIME_FUNCTIONS if _hashable(value) else False:
         return TorchFnVar(value, public_torch_name(value) or getattr(value, "__name__", "trace_time"), source)
     if _hashable(value) and not isinstance(value, type) and _has_builtin_rule(value):

@@ -82,6 +82,13 @@ class ModuleVar(Var):
         src = self.source
         if name == "__class__":
             return ClassVar(type(m))
+        if src is None:  # made inside the trace: its plain attributes are constants of the trace
+            if name in m.__dict__:
+                return wrap(tx, m.__dict__[name], None)
+            found = _class_attribute(tx, self, type(m), name, None)
+            if found is not None:
+                return found
+            raise ObservedException(AttributeError, f"'{type(m).__name__}' object has no attribute {name!r}")
         written = tx.read_attr(m, name)
         if written is not None:
             return written
@@ -265,7 +272,7 @@ class ClassVar(Var):
                     raise Unsupported(f"{cls.__name__}() missing argument {n!r}")
             return TupleVar(items, cls=cls)
         if issubclass(cls, torch.nn.Module):
-            raise Unsupported(f"creating a module ({cls.__name__}) inside the captured function")
+            return _module_made_in_trace(cls, args, kwargs)
         if issubclass(cls, BaseException):
             raise Unsupported(f"creating exception {cls.__name__}")
         if issubclass(cls, contextlib._GeneratorContextManagerBase):
@@ -287,6 +294,30 @@ class ClassVar(Var):
 
     def __repr__(self):
         return f"class {self.cls.__qualname__}"
+
+
+def _module_made_in_trace(cls: type, args: list[Var], kwargs: dict[str, Var]) -> ModuleVar:
+    """``nn.MaxPool1d(k)(x)`` written inside forward: a torch.nn module without parameters or
+    buffers, built from constants, is built for real at trace time (its constructor only stores
+    its settings) and its forward inlined like any module's, as TorchDynamo does. A module with
+    weights made in forward would get new random weights on every call: that stays a break."""
+    if not (cls.__module__ or "").startswith("torch.nn.modules."):
+        raise Unsupported(f"creating a module ({cls.__name__}) inside the captured function")
+    if not all(v.is_constant() for v in [*args, *kwargs.values()]):
+        raise Unsupported(f"creating a module ({cls.__name__}) inside the captured function from values "
+                          "that are not constants")
+    a = [v.as_python_constant() for v in args]
+    k = {n: v.as_python_constant() for n, v in kwargs.items()}
+    try:
+        with torch.device("meta"):  # a module with weights is refused below: allocate none
+            probe = cls(*a, **k)
+    except Exception as e:
+        raise ObservedException(type(e), str(e)) from None
+    if any(True for _ in probe.parameters()) or any(True for _ in probe.buffers()) \
+            or any(isinstance(v, torch.Tensor) for v in vars(probe).values()):
+        raise Unsupported(f"creating a module with parameters or buffers ({cls.__name__}) inside the "
+                          "captured function")
+    return ModuleVar(cls(*a, **k), None, "")
 
 
 def is_model_output_class(cls: type) -> bool:

@@ -93,6 +93,9 @@ TRACE_TIME_FUNCTIONS: dict[Any, Any] = {
     torch.cuda.is_available: torch.cuda.is_available,
     torch.is_storage: _false,
     torch._C._get_tracing_state: _none,
+    # functorch's transform stack (vmap, grad) as the trace sees it: torch.autograd.Function and
+    # library helpers branch on it, the way TorchDynamo answers it (a constant of the trace).
+    torch._C._are_functorch_transforms_active: torch._C._are_functorch_transforms_active,
     torch.finfo: torch.finfo,
     torch.iinfo: torch.iinfo,
 }
