@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import copy
 import inspect
 import math
 import operator
@@ -25,6 +26,7 @@ from fireclay_capture.variables.containers import (
 )
 from fireclay_capture.variables.functions import NullContextVar, SuperVar
 from fireclay_capture.variables.objects import ClassVar, ModelOutputVar, NewObjectVar
+from fireclay_capture.variables.owned import OwnedObjectVar, copy_of
 from fireclay_capture.variables.tensor import TensorVar, record_call
 
 # operator functions whose tensor form is recorded as torch::operator.<name>
@@ -399,7 +401,27 @@ def _callable(tx, v: Var) -> Var:
     raise Unsupported(f"callable({v})")
 
 
+def _delattr(tx, obj: Var, name: Var) -> Var:
+    n = name.as_python_constant()
+    if isinstance(obj, OwnedObjectVar):
+        obj.delattr(tx, n)
+        return const(None)
+    if isinstance(obj, NewObjectVar) and n in obj.attrs:
+        del obj.attrs[n]
+        return const(None)
+    raise Unsupported(f"delattr on {obj}, which exists outside the captured function")
+
+
+def _copy(tx, v: Var, memo: Var | None = None, *, deep: bool) -> Var:
+    if memo is not None and not (memo.is_constant() and memo.as_python_constant() is None):
+        raise Unsupported("copy.deepcopy() with a memo")
+    return copy_of(tx, v, deep)
+
+
 def _setattr(tx, obj: Var, name: Var, value: Var) -> Var:
+    if isinstance(obj, OwnedObjectVar):
+        obj.setattr(tx, name.as_python_constant(), value)
+        return const(None)
     if isinstance(obj, NewObjectVar):
         obj.setattr(tx, name.as_python_constant(), value)
         return const(None)
@@ -428,6 +450,9 @@ BUILTIN_RULES = {
     builtins.getattr: _getattr,
     builtins.hasattr: _hasattr,
     builtins.setattr: _setattr,
+    builtins.delattr: _delattr,
+    copy.deepcopy: lambda tx, v, memo=None: _copy(tx, v, memo, deep=True),
+    copy.copy: lambda tx, v: _copy(tx, v, deep=False),
     builtins.range: _range,
     builtins.enumerate: _enumerate,
     builtins.zip: _zip,

@@ -23,6 +23,7 @@ import operator
 import re
 from typing import Any
 
+from fireclay_ir.fx_private_calls import public_form
 from fireclay_ir.model import (
     Device,
     DType,
@@ -327,7 +328,12 @@ class _FromFx:
     def _call(self, gm: Any, node: Any, ir: dict, metas: dict, graph: Graph, prefix: str):
         args = self._arg(tuple(node.args), ir)
         kwargs = self._arg(dict(node.kwargs), ir)
-        op, static_getitem = self._op_name(node, args)
+        public = public_form(node.target) if node.op == "call_function" else None
+        if public is not None:  # a private C function TorchDynamo recorded: its public wrapper
+            op, static_getitem = f"torch::{public.name}", False
+            args, kwargs = public.arguments(args, kwargs)
+        else:
+            op, static_getitem = self._op_name(node, args)
         meta_val = self._known_val(node)
         if static_getitem:
             return args[0][args[1]], (meta_val if meta_val is not None else metas[node.args[0]][node.args[1]])

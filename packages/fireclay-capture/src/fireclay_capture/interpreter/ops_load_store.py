@@ -14,6 +14,7 @@ from fireclay_capture.variables.base import NULL, CellVar, ConstVar
 from fireclay_capture.variables.builder import wrap
 from fireclay_capture.variables.functions import SuperVar
 from fireclay_capture.variables.objects import ModuleVar, NewObjectVar, ObjectVar, PyModuleVar
+from fireclay_capture.variables.owned import OwnedObjectVar
 
 
 def _local(frame: Frame, name: str):
@@ -207,7 +208,7 @@ def load_super_attr(frame: Frame, inst) -> None:
 def store_attr(frame: Frame, inst) -> None:
     obj = frame.pop()
     value = frame.pop()
-    if isinstance(obj, NewObjectVar):
+    if isinstance(obj, (NewObjectVar, OwnedObjectVar)):
         obj.setattr(frame.tx, inst.argval, value)
         return
     if isinstance(obj, ObjectVar) and _plain_attribute(obj.obj, inst.argval):
@@ -257,6 +258,9 @@ def _is_none(v) -> bool:
 @handler("DELETE_ATTR")
 def delete_attr(frame: Frame, inst) -> None:
     obj = frame.pop()
+    if isinstance(obj, OwnedObjectVar):
+        obj.delattr(frame.tx, inst.argval)
+        return
     if isinstance(obj, NewObjectVar) and inst.argval in obj.attrs:
         del obj.attrs[inst.argval]
         return

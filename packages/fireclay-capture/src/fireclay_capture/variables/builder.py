@@ -32,7 +32,7 @@ from fireclay_capture.variables.functions import (
 from fireclay_capture.variables.objects import ClassVar, EnvironVar, ModuleVar, ObjectVar, PyModuleVar
 from fireclay_capture.variables.replayed import REPLAYED_FUNCTIONS, LoggerVar, ReplayedCallVar
 from fireclay_capture.variables.tensor import TorchFnVar
-from fireclay_capture.variables.torch_names import TRACE_TIME_FUNCTIONS, public_torch_name
+from fireclay_capture.variables.torch_names import TRACE_TIME_FUNCTIONS, TRACED_REPLACEMENTS, public_torch_name
 
 _BUILTIN_MODULES = (builtins, operator, math)
 
@@ -119,6 +119,9 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
     if value in REPLAYED_FUNCTIONS if _hashable(value) else False:
         _guard_id(g, source, value)
         return ReplayedCallVar(value, source)
+    if value in TRACED_REPLACEMENTS if _hashable(value) else False:
+        _guard_id(g, source, value)
+        return UserFunctionVar(TRACED_REPLACEMENTS[value], None)
     if value in TRACE_TIME_FUNCTIONS if _hashable(value) else False:
         return TorchFnVar(value, public_torch_name(value) or getattr(value, "__name__", "trace_time"), source)
     if _hashable(value) and not isinstance(value, type) and _has_builtin_rule(value):

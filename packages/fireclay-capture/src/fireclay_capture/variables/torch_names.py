@@ -114,6 +114,19 @@ for _overrides in ("has_torch_function", "has_torch_function_unary", "has_torch_
     TRACE_TIME_FUNCTIONS[getattr(torch.overrides, _overrides)] = _false
 
 
+def _weight_norm(v, g, dim=0):
+    # What ATen's composite _weight_norm computes (its fused CPU/CUDA kernel gives the same
+    # values): the direction v scaled to the norm g, with the norm taken over every dim but dim.
+    return v * (g / torch.norm_except_dim(v, 2, dim))
+
+
+# Private torch functions (no public name to record) that library code calls directly, traced as
+# these Python functions over public ops instead.
+TRACED_REPLACEMENTS: dict[Any, Any] = {
+    torch._weight_norm: _weight_norm,
+}
+
+
 # Grad-mode switches inside a graph (``with torch.no_grad():``). torch.set_grad_enabled is not a
 # shipped op (as a class it also builds a context manager), so the plain function is registered.
 GRAD_MODE_OP = "torch.autograd.set_grad_enabled"
