@@ -332,3 +332,44 @@ def test_dynamo_graphs_convert_and_run_through_the_interpreter(dynamic):
     assert {n.dialect for n in programs[0].main.nodes} == {"torch"}
     if dynamic:
         assert [s.hint for s in programs[0].symbols.values()] == [2, 5]
+
+
+def _pad_then_loss(logits, labels):
+    # What TorchDynamo records for F.pad and F.cross_entropy: the private C functions under them
+    # (torch._C._nn.pad, torch._C._nn.cross_entropy_loss with an integer reduction).
+    shifted = torch._C._nn.pad(labels, (0, 1), "constant", -100)[..., 1:]
+    loss = torch._C._nn.cross_entropy_loss(logits.flatten(0, 1), shifted.flatten(), None, 1, -100, 0.0)
+    summed = torch._C._nn.nll_loss_nd(logits.log_softmax(-1).flatten(0, 1), shifted.flatten(), None, 2, -100)
+    return loss, summed, torch._C._nn.silu(logits), torch._C._nn.hardtanh(logits, -0.5, 0.5)
+
+
+@pytest.mark.parametrize("trace", ["symbolic_trace", "dynamo"])
+def test_private_nn_functions_convert_as_their_public_calls(trace):
+    logits, labels = torch.randn(2, 5, 7), torch.randint(0, 7, (2, 5))
+    if trace == "symbolic_trace":
+        graphs = [torch.fx.symbolic_trace(_pad_then_loss)]
+    else:  # GPT-2's loss through torch.compile(backend=...): the graph TorchDynamo hands over
+        graphs = []
+
+        def backend(gm, example_inputs):
+            graphs.append(gm)
+            return gm
+
+        def loss_fn(logits, labels):
+            shifted = F.pad(labels, (0, 1), value=-100)[..., 1:]
+            return F.cross_entropy(logits.flatten(0, 1), shifted.flatten(), ignore_index=-100)
+
+        torch._dynamo.reset()
+        torch.compile(loss_fn, backend=backend, fullgraph=True)(logits, labels)
+    gm = graphs[0]
+    # TorchDynamo orders its placeholders by first use: bind the inputs by name.
+    order = ["labels" in n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    program = verify(from_fx(gm, tuple(labels if is_labels else logits for is_labels in order)))
+    ops = {n.op for n in program.main.nodes}
+    assert "torch::torch.nn.functional.pad" in ops
+    assert "torch::torch.nn.functional.cross_entropy" in ops
+    assert all(op.split("::", 1)[1].split(".")[0] != "_C" for op in ops), ops
+    for _ in range(2):
+        logits, labels = torch.randn(2, 5, 7), torch.randint(0, 7, (2, 5))
+        args = tuple(labels if is_labels else logits for is_labels in order)
+        _same(interpret(program, *args), gm(*args))

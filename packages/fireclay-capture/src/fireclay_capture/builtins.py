@@ -515,17 +515,21 @@ def _concrete(v):
 def _id(tx, v: Var) -> Var:
     """``id(v)``, as TorchDynamo answers it: the real id of an object that existed before the
     frame (a constant, guarded by identity when it was read from a source), an opaque stand-in
-    for a value made inside the trace (equal only to itself; it may key dicts and be compared,
-    not leave the graph)."""
+    for a container or object made inside the trace (equal only to itself; it may key dicts and
+    be compared for equality, not used as a number or returned)."""
     if isinstance(v, ConstVar) and (v.value is None or v.value is True or v.value is False):
         return const(id(v.value))
+    if isinstance(v, TensorVar):
+        # A tensor's id names the real tensor of one call (an input's changes every call): a
+        # graph break here, where the call stands, rather than at a later use of the number.
+        raise Unsupported("id() of a tensor inside the captured function")
     obj = v.identity()
-    if obj is not v and not isinstance(v, (ConstVar, TensorVar)):
+    if obj is not v and not isinstance(v, ConstVar):
         source = getattr(v, "source", None)
         if source is not None:
             tx.guards.id_is(source, obj)
         return const(id(obj))
-    return FakeIdVar(id(v))
+    return FakeIdVar(v)
 
 
 BUILTIN_RULES[inspect.signature] = _signature

@@ -60,6 +60,7 @@ def all_cases() -> list[Case]:
         containers,
         control_flow,
         functions,
+        library_helpers,
         modules,
         op_table,
         python_features,
@@ -67,6 +68,7 @@ def all_cases() -> list[Case]:
     )
 
     out: list[Case] = []
-    for mod in (tensor_ops, op_table, control_flow, containers, functions, builtins_cases, modules, python_features):
+    for mod in (tensor_ops, op_table, control_flow, containers, functions, builtins_cases, modules, python_features,
+                library_helpers):
         out.extend(mod.CASES.cases)
     return out

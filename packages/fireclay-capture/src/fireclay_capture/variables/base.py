@@ -141,12 +141,23 @@ class ConstVar(Var):
         return f"ConstVar({self.value!r})"
 
 
-class FakeIdVar(ConstVar):
-    """``id()`` of a value made inside the trace: a number only the trace itself can compare
-    (the object it names does not exist yet when the graph is made)."""
+class FakeIdVar(Var):
+    """``id()`` of a value made inside the trace (the object it names does not exist yet when
+    the graph is made): it compares equal only to the id of the same value, and may key a dict;
+    any arithmetic or ordering on it, which would use a number the graph cannot know, is
+    unsupported (as TorchDynamo's fake ids)."""
+
+    def __init__(self, named: Var):
+        self.named = named
+
+    def python_type(self) -> type:
+        return int
+
+    def identity(self) -> Any:
+        return self.named
 
     def __repr__(self):
-        return f"FakeIdVar({self.value})"
+        return f"id({self.named})"
 
 
 class ConstMethodVar(Var):

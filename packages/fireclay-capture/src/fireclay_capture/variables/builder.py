@@ -32,7 +32,12 @@ from fireclay_capture.variables.functions import (
 from fireclay_capture.variables.objects import ClassVar, EnvironVar, ModuleVar, ObjectVar, PyModuleVar
 from fireclay_capture.variables.replayed import REPLAYED_FUNCTIONS, LoggerVar, ReplayedCallVar
 from fireclay_capture.variables.tensor import TorchFnVar
-from fireclay_capture.variables.torch_names import TRACE_TIME_FUNCTIONS, TRACED_REPLACEMENTS, public_torch_name
+from fireclay_capture.variables.torch_names import (
+    TRACE_TIME_FUNCTIONS,
+    TRACED_REPLACEMENTS,
+    op_name_of_overload,
+    public_torch_name,
+)
 
 _BUILTIN_MODULES = (builtins, operator, math)
 
@@ -73,6 +78,9 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
         return ConstVar(value, source)
     if value is os.environ:
         return EnvironVar()
+    if isinstance(value, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        _guard_id(g, source, value)
+        return TorchFnVar(value, op_name_of_overload(value), source)
     allowed = getattr(value, "_fireclay_allowed_op", None) if callable(value) else None
     if isinstance(allowed, str):
         _guard_id(g, source, value)
@@ -82,6 +90,12 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
 
         _guard_id(g, source, value)
         return CondVar(value, source)
+    if isinstance(value, functools._lru_cache_wrapper) and isinstance(getattr(value, "__wrapped__", None),
+                                                                      types.FunctionType):
+        # As TorchDynamo does: trace the function itself; its cache is not consulted at trace
+        # time (a cached function is expected to be pure).
+        _guard_id(g, source, value)
+        return wrap(tx, value.__wrapped__, None)
     captured = _captured_target(value)
     if captured is not None:
         # A captured function called from captured code: inline what it wraps.

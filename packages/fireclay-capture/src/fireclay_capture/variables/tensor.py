@@ -354,9 +354,19 @@ class TorchFnVar(Var):
             return const(TRACE_TIME_FUNCTIONS[self.fn](*a, **k))
         if self.name.startswith("Tensor.") and args and isinstance(args[0], TensorVar):
             return tensor_method(tx, args[0], self.name[len("Tensor."):], args[1:], kwargs)
-        if isinstance(self.fn, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
-            raise Unsupported(f"calling the ATen op {self.fn} directly")
         return record_call(tx, self.name, self.fn, args, kwargs)
+
+    def getattr(self, tx, name):
+        if isinstance(self.fn, torch._ops.OpOverloadPacket) and not name.startswith("_"):
+            from fireclay_capture.sources import AttrSource
+            from fireclay_capture.variables.builder import wrap
+
+            try:
+                overload = getattr(self.fn, name)  # torch.ops.aten.add.Tensor
+            except AttributeError as e:
+                raise ObservedException(AttributeError, str(e)) from None
+            return wrap(tx, overload, AttrSource(self.source, name) if self.source is not None else None)
+        return super().getattr(tx, name)
 
     def __repr__(self):
         return f"TorchFnVar({self.name})"

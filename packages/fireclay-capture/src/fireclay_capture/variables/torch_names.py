@@ -3,6 +3,7 @@ torch functions the capture answers at trace time instead of recording."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -62,6 +63,24 @@ def _module(dotted: str) -> Any:
     for part in dotted.split(".")[1:]:
         obj = getattr(obj, part)
     return obj
+
+
+def op_name_of_overload(op: Any) -> str:
+    """``torch.ops.<ns>.<name>[.<overload>]`` for an op packet or overload (an ATen op, a
+    ``torch.library`` custom op such as transformers' grouped matmul), registered as an in-process
+    op of the torch dialect under that name: the qualified name is how the op is re-read, and the
+    node runs the op itself. An op that mutates an argument keeps its node (side effects)."""
+    if isinstance(op, torch._ops.OpOverload):
+        packet, overload = op.overloadpacket, op._overloadname
+        mutates = op._schema.is_mutable
+    else:
+        packet, overload = op, None
+        mutates = any(getattr(packet, o)._schema.is_mutable for o in packet.overloads())
+    namespace, name = packet._qualified_op_name.split("::", 1)
+    parts = ["torch", "ops", namespace, name] + ([overload] if overload else [])
+    dotted = ".".join(re.sub(r"\W", "_", p) or "_" for p in parts)
+    register_callable(dotted, op, side_effects=mutates)
+    return dotted
 
 
 def _true(*args, **kwargs):

@@ -1,0 +1,123 @@
+"""What the library-helper cases of the corpus (corpus/library_helpers.py) leave outside the
+graph: logging and warnings made after the graph as often as eagerly, deep copies guarded by the
+original's state, modules with weights built in forward still split the graph, fake ids never
+used as numbers."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import warnings
+
+import pytest
+import torch
+
+from fireclay_capture import capture, explain
+
+
+def test_logging_is_replayed_after_the_graph_once_per_call(caplog):
+    log = logging.getLogger("fireclay_test.library")
+
+    def fn(x):
+        log.warning("scaling by %d", 2)
+        y = x * 2
+        log.info("done")
+        return y
+
+    compiled = capture(fn, fullgraph=True)
+    with caplog.at_level(logging.INFO, logger="fireclay_test.library"):
+        for _ in range(3):
+            x = torch.randn(3)
+            torch.testing.assert_close(compiled(x), x * 2)
+    messages = [r.getMessage() for r in caplog.records if r.name == "fireclay_test.library"]
+    assert messages == ["scaling by 2", "done"] * 3
+    assert compiled.stats.captures == 1
+
+
+def test_warnings_are_replayed_once_per_call():
+    def fn(x):
+        warnings.warn("careful", UserWarning, stacklevel=1)
+        return x + 1
+
+    compiled = capture(fn, fullgraph=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            compiled(torch.randn(2))
+    assert [str(w.message) for w in seen] == ["careful", "careful"]
+
+
+def test_a_message_built_from_tensor_data_still_breaks():
+    log = logging.getLogger("fireclay_test.library")
+
+    def fn(x):
+        y = x * 2
+        log.warning("value %s", y)
+        return y + 1
+
+    e = explain(fn)(torch.randn(3))
+    assert (e.graph_count, e.break_count) == (2, 1)
+    assert "not a constant of the trace" in e.break_reasons[0].reason
+
+
+@dataclasses.dataclass
+class _Config:
+    scale: float = 2.0
+
+
+def test_a_deep_copy_is_guarded_by_the_original_state():
+    config = _Config()
+
+    def fn(x):
+        local = copy.deepcopy(config)
+        local.scale = local.scale + 1
+        return x * local.scale
+
+    compiled = capture(fn, fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), x * 3.0)
+    assert config.scale == 2.0  # the copy changed, not the original
+    config.scale = 5.0
+    torch.testing.assert_close(compiled(x), x * 6.0)
+    assert compiled.stats.captures == 2
+
+
+def test_a_copy_may_not_leave_the_function():
+    config = _Config()
+
+    def fn(x):
+        return x + 1, copy.deepcopy(config)
+
+    e = explain(fn)(torch.randn(3))
+    assert e.eager_frames or e.break_count
+
+
+def test_a_module_with_weights_built_in_forward_is_not_captured():
+    def fn(x):
+        return torch.nn.Linear(4, 4)(x).shape[0] + x
+
+    e = explain(fn)(torch.randn(4, 4))
+    reasons = [b.reason for b in e.break_reasons] + e.eager_frames
+    assert any("parameters or buffers" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("use", ["ordering", "arithmetic"])
+def test_the_id_of_a_tensor_breaks_where_it_is_taken(use):
+    def fn(x):
+        y = x * 2
+        marker = (id(y) > 0) if use == "ordering" else (id(y) % 2 + 1)
+        return y * bool(marker)
+
+    e = explain(fn)(torch.randn(3))
+    assert (e.graph_count, e.break_count) == (2, 1)
+    assert "id() of a tensor" in e.break_reasons[0].reason
+
+
+def test_the_id_of_a_list_made_in_the_trace_is_never_used_as_a_number():
+    def fn(x):
+        a = []
+        return x + id(a) % 2
+
+    e = explain(fn)(torch.randn(3))
+    assert e.graph_count == 0 and e.eager_frames  # the frame runs eagerly rather than guess
