@@ -23,6 +23,7 @@ from fireclay_capture.variables.containers import DictVar, ListVar, TupleVar
 from fireclay_capture.variables.functions import (
     AutocastVar,
     BuiltinVar,
+    CachedFunctionVar,
     GradModeVar,
     NullContextVar,
     PartialVar,
@@ -92,10 +93,8 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
         return CondVar(value, source)
     if isinstance(value, functools._lru_cache_wrapper) and isinstance(getattr(value, "__wrapped__", None),
                                                                       types.FunctionType):
-        # As TorchDynamo does: trace the function itself; its cache is not consulted at trace
-        # time (a cached function is expected to be pure).
         _guard_id(g, source, value)
-        return wrap(tx, value.__wrapped__, None)
+        return CachedFunctionVar(value, wrap(tx, value.__wrapped__, None))
     captured = _captured_target(value)
     if captured is not None:
         # A captured function called from captured code: inline what it wraps.

@@ -85,6 +85,38 @@ def is_generator_context_factory(fn: Any) -> bool:
     return code is not None and code.co_name == "helper" and code.co_filename == contextlib.__file__
 
 
+class CachedFunctionVar(Var):
+    """A ``functools.lru_cache``-wrapped function (transformers' ``is_torch_available`` and the
+    like). A cached function is expected to be pure: on constant arguments it is called for real
+    at trace time and a constant result folded, as its cache would answer it eagerly from then on;
+    otherwise the wrapped function is traced, its cache not consulted (as TorchDynamo does)."""
+
+    def __init__(self, fn: Any, wrapped: Var):
+        self.fn, self.wrapped = fn, wrapped
+
+    def python_type(self):
+        return type(self.fn)
+
+    def identity(self):
+        return self.fn
+
+    def call(self, tx, args, kwargs):
+        from fireclay_capture.variables.base import ConstVar, is_constant_value
+
+        if all(isinstance(v, ConstVar) for v in [*args, *kwargs.values()]):
+            try:
+                result = self.fn(*[a.value for a in args], **{k: v.value for k, v in kwargs.items()})
+            except Exception:
+                result = None
+            else:
+                if is_constant_value(result):
+                    return const(result)
+        return self.wrapped.call(tx, args, kwargs)
+
+    def __repr__(self):
+        return f"cached function {getattr(self.fn, '__qualname__', self.fn)}"
+
+
 class NestedFunctionVar(Var):
     """A function made by MAKE_FUNCTION inside the trace (lambdas, nested defs, comprehensions)."""
 
