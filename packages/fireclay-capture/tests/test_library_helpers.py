@@ -46,6 +46,8 @@ def test_warnings_are_replayed_once_per_call():
         for _ in range(2):
             compiled(torch.randn(2))
     assert [str(w.message) for w in seen] == ["careful", "careful"]
+    # made after the graph, still at the user's line
+    assert {(w.filename, w.lineno) for w in seen} == {(__file__, fn.__code__.co_firstlineno + 1)}
 
 
 def test_a_message_built_from_tensor_data_still_breaks():

@@ -40,8 +40,36 @@ def record_replayed_call(tx, fn: Any, args: list[Var], kwargs: dict[str, Var]) -
     if not replay_enabled():
         raise Unsupported(f"a call to {_name(fn)} (a side effect; replaying side effects is off)")
     values = [_argument(fn, a) for a in [*args, *kwargs.values()]]
-    tx.side_effects.record_call(fn, tuple(values[:len(args)]), dict(zip(kwargs, values[len(args):])))
+    call_args, call_kwargs = tuple(values[:len(args)]), dict(zip(kwargs, values[len(args):]))
+    if fn is warnings.warn:
+        fn, call_args, call_kwargs = _warning_at_its_line(tx, call_args, call_kwargs)
+    tx.side_effects.record_call(fn, call_args, call_kwargs)
     return const(None)
+
+
+def _warning_at_its_line(tx, args: tuple, kwargs: dict) -> tuple[Any, tuple, dict]:
+    """``warnings.warn`` made after the graph still names the user's line (the frame
+    ``stacklevel`` up from the call, when that frame is one the trace inlined) and uses that
+    module's registry, so that filters and "once per location" act as they would eagerly."""
+    bound = dict(zip(("message", "category", "stacklevel"), args), **kwargs)
+    level = bound.get("stacklevel", 1)
+    if set(bound) - {"message", "category", "stacklevel"} or not isinstance(level, int) \
+            or not 1 <= level <= len(tx.frames):
+        return warnings.warn, args, kwargs
+    frame = tx.frames[-level]
+    where = tx.location(frame)
+    if where is None:
+        return warnings.warn, args, kwargs
+    return _warn_at, (bound["message"], bound.get("category"), where["file"], where["line"], frame.f_globals), {}
+
+
+def _warn_at(message: Any, category: Any, filename: str, lineno: int, f_globals: dict) -> None:
+    if isinstance(message, Warning):
+        category = type(message)
+    registry = f_globals.setdefault("__warningregistry__", {})
+    warnings.warn_explicit(message, category or UserWarning, filename, lineno,
+                           module=f_globals.get("__name__", "<string>"), registry=registry,
+                           module_globals=f_globals)
 
 
 def _argument(fn: Any, a: Var) -> Any:
