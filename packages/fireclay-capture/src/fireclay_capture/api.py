@@ -305,7 +305,7 @@ class CapturedFunction:
 
 _NOT_PLAIN = 0x20 | 0x80 | 0x100 | 0x200  # generators and coroutines run as they are
 _LIBRARIES = frozenset({"torch", "numpy", "fireclay_capture", "fireclay_ir", "fireclay_shapes", "transformers",
-                        "contextlib"})
+                        "contextlib", "logging", "warnings"})
 
 
 def describe_unsupported(code: types.CodeType, e: Unsupported) -> str:

@@ -127,6 +127,10 @@ class LoggerVar(Var):
             return ConstMethodVar(ConstVar(self.logger), name, getattr(self.logger, name))
         if name in ("name", "level", "disabled", "propagate"):
             return const(getattr(self.logger, name))
+        if self.source is not None:  # anything else reads like any object's attribute
+            from fireclay_capture.variables.objects import ObjectVar
+
+            return ObjectVar(self.logger, self.source).getattr(tx, name)
         raise Unsupported(f"attribute {name!r} of logger {self.logger.name!r}")
 
     def __repr__(self):
