@@ -73,8 +73,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         values = inputs_for(program, args.inputs, args.seed)
         outputs = tuple(run_scheduled(from_program(program), *bind_weights(program, values)))
     else:
-        values = inputs_for(program, args.inputs, args.seed)
-        outputs = ir.interpret(program, *values)
+        # A document may come from anyone: the run is bounded in steps and bytes (docs/security.md).
+        limits = ir.RunLimits()
+        values = inputs_for(program, args.inputs, args.seed, limits=limits)
+        try:
+            outputs = ir.interpret(program, *values, limits=limits)
+        except ir.RunLimitError as e:
+            raise CLIError(f"{args.file}: {e}") from None
     for i, value in enumerate(values):
         print(summarize(f"input {i}", value))
     for i, value in enumerate(outputs):
