@@ -32,7 +32,7 @@ _ITEM_BYTES = {"float64": 8, "complex128": 16, "complex64": 8, "int64": 8, "uint
 class RunLimits:
     """Limits of one run of an untrusted program (see the module docstring)."""
 
-    max_steps: int = 10_000_000
+    max_steps: int = 1_000_000
     max_bytes: int = 8 * 1024**3
 
     def check_tensor(self, shape: tuple[int, ...], dtype: str, what: str, held: int = 0) -> int:

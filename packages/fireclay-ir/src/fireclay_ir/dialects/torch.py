@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from fireclay_ir.dialects.aten import REFUSED
 from fireclay_ir.dialects.registry import Dialect, OpDef
 from fireclay_ir.model import IRError, Node, Program
 
@@ -92,8 +93,6 @@ MATH_FUNCTIONS: frozenset[str] = frozenset({
 # switches, torch.serialization, torch.random, higher-order functions) is not an op.
 _BINDING_MODULES = frozenset({"torch._C._nn", "torch._C._special", "torch._C._linalg", "torch._C._fft"})
 _FUNCTION_MODULES = frozenset({"torch.functional", "torch.nn.functional", "torch._tensor"})
-# Ops of torch's bindings that read or write files or storages (same review as the aten dialect).
-_REFUSED_BINDINGS = frozenset({"from_file"})
 
 # Python ints and sequences grow without bound under these operators; an op refuses to build one
 # larger than this many bits (ints) or items (sequences), since no program needs it.
@@ -199,9 +198,7 @@ def _why_not_a_tensor_function(root: str, attr: str, obj: Any) -> str | None:
     if kind == "builtin_function_or_method":
         owner = getattr(obj, "__self__", None)
         if owner is None or getattr(owner, "__name__", None) in _BINDING_MODULES:
-            if attr in _REFUSED_BINDINGS:
-                return "it reads or writes files"
-            return None
+            return REFUSED.get(attr)  # the bindings are aten ops: the aten dialect's review holds
         return f"it is {getattr(owner, '__name__', kind)}.{attr}, which is not one of torch's tensor ops"
     if inspect.isfunction(obj) and obj.__module__ in _FUNCTION_MODULES:
         return None

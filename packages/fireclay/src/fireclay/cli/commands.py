@@ -74,7 +74,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         outputs = tuple(run_scheduled(from_program(program), *bind_weights(program, values)))
     else:
         # A document may come from anyone: the run is bounded in steps and bytes (docs/security.md).
-        limits = ir.RunLimits()
+        defaults = ir.RunLimits()
+        limits = ir.RunLimits(max_steps=defaults.max_steps if args.max_steps is None else args.max_steps,
+                              max_bytes=defaults.max_bytes if args.max_bytes is None else args.max_bytes)
         values = inputs_for(program, args.inputs, args.seed, limits=limits)
         try:
             outputs = ir.interpret(program, *values, limits=limits)
