@@ -1,9 +1,13 @@
 """The ``torch`` dialect: torch-level callables by their public qualified names.
 
-Names resolve against an allow-list of roots, walking attributes from the root only
+Names resolve against an allow-list of roots, one attribute below the root
 (``torch.nn.functional.gelu``, ``Tensor.view``, ``operator.add``, ``math.sqrt``): a document
-can never name an import path of its own choosing. Resolution imports torch and happens on
-first lookup; without torch, names are checked for form and root only.
+can never name an import path of its own choosing. The object named must be a function of its
+arguments alone (docs/security.md): one of torch's generated op bindings or tensor functions, an
+arithmetic, comparison or indexing dunder, a Tensor attribute that is data, or an operator/math
+function on a short list; classes, modules, process-state switches, higher-order functions and
+the names in :data:`DENIED` never are. Resolution imports torch and happens on first lookup;
+without torch, names are checked for form, root and the name rules only.
 
 Capture registers extra callables at run time (``allow_in_graph``) with :func:`register_callable`;
 such ops are flagged ``in_process_only``: a saved program using them loads only in a process
