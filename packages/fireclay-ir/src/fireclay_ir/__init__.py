@@ -64,11 +64,12 @@ from fireclay_ir.dialects import (  # noqa: E402
 from fireclay_ir.fx_interop import FxConversionError, from_fx, to_fx  # noqa: E402
 from fireclay_ir.interpreter import Interpreter, InterpreterError, evaluate_symexpr, interpret  # noqa: E402
 from fireclay_ir.passes import GENERIC_PIPELINE, PassManager, Pattern  # noqa: E402
+from fireclay_ir.run_limits import RunLimitError, RunLimits  # noqa: E402
 from fireclay_ir.verifier import VerificationError, check_boundary, verify, verify_at_boundaries  # noqa: E402
 
 __all__ += [
     "Argument", "bind_inputs", "Dialect", "FxConversionError", "GENERIC_PIPELINE", "Interpreter", "InterpreterError", "OpDef",
-    "PassManager", "Pattern", "Return", "VerificationError", "check_boundary", "evaluate_symexpr", "from_fx",
+    "PassManager", "Pattern", "Return", "RunLimitError", "RunLimits", "VerificationError", "check_boundary", "evaluate_symexpr", "from_fx",
     "get_dialect", "interpret", "lookup_op", "register_callable", "register_dialect", "to_fx", "verify",
     "verify_at_boundaries",
 ]

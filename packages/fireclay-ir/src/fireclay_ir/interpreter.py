@@ -34,6 +34,7 @@ from fireclay_ir.model import (
     TensorMeta,
     Value,
 )
+from fireclay_ir.run_limits import RunLimitError, RunLimits
 
 
 class InterpreterError(IRError):
@@ -42,9 +43,21 @@ class InterpreterError(IRError):
 
 # --------------------------------------------------------------------------- symbolic ints
 
+# A symbolic size fits 64 bits; a power far beyond that is a hostile document, not a program.
+_MAX_POW_BITS = 4096
+
+
+def _pow(base: Any, exponent: Any) -> Any:
+    if isinstance(exponent, int) and exponent > 1 and isinstance(base, (int, Fraction)) and abs(base) > 1:
+        bits = max(int(base.numerator).bit_length(), int(base.denominator).bit_length())
+        if bits * exponent > _MAX_POW_BITS:
+            raise IRError(f"{base}**{exponent} is too large for a symbolic size (more than {_MAX_POW_BITS} bits)")
+    return operator.pow(base, exponent)
+
+
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: _pow,
     ast.Div: lambda a, b: Fraction(a) / Fraction(b),
 }
 _CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
@@ -133,8 +146,11 @@ class Interpreter:
 
     dialect_rules: dict[str, Callable[..., Any]] = {}
 
-    def __init__(self, program: Program):
+    def __init__(self, program: Program, *, limits: RunLimits | None = None):
         self.program = program
+        self.limits = limits
+        self.steps = 0
+        self.held_bytes = 0  # bytes of the tensors bound in the graphs now running (with limits)
         self._targets: dict[str, Any] = {}
 
     # -- public
@@ -148,30 +164,89 @@ class Interpreter:
         it = iter(args)
         for v, spec in zip(g.inputs, g.input_specs):
             values.append(next(it) if spec.kind == "user" else self._weight(spec.target, v))
-        return self.run_graph(g, values)
+        if self.limits is None:
+            return self.run_graph(g, values)
+        return self._run_limited(g, values)
+
+    def _run_limited(self, graph: Graph, values: list[Any]) -> tuple:
+        import torch
+
+        from fireclay_ir.run_limits import allocation_guard
+
+        limits = self.limits
+        grad_mode = torch.is_grad_enabled()  # a program may switch it; the caller's comes back
+        try:
+            with allocation_guard(lambda: limits.max_bytes - self.held_bytes):
+                return self.run_graph(graph, values)
+        finally:
+            torch.set_grad_enabled(grad_mode)
 
     def run_graph(self, graph: Graph, inputs: list[Any], bindings: dict[str, Any] | None = None) -> tuple:
         """Run ``graph`` on ``inputs`` (one per graph input, weights included); ``bindings``
         are symbol values known already (a sub-graph sees its caller's)."""
         env: dict[Value, Any] = {}
         symbols: dict[str, Any] = dict(bindings or {})
-        for v, x in zip(graph.inputs, inputs, strict=True):
-            env[v] = x
-            self._bind_symbols(v, x, symbols)
-        last_use = _last_uses(graph)
-        for node in graph.nodes:
-            try:
-                args = self._materialize(node.args, env, symbols)
-                kwargs = self._materialize(node.kwargs, env, symbols)
-                result = self.call_op(node, args, kwargs, symbols)
-                self._bind_outputs(node, result, env)
-            except InterpreterError:
-                raise
-            except Exception as exc:
-                raise InterpreterError(_describe_failure(node, exc)) from exc
-            for v in last_use.get(node, ()):
-                env.pop(v, None)
-        return tuple(self._materialize(list(graph.outputs), env, symbols))
+        limited = self.limits is not None
+        held: dict[Value, int] = {}
+        if limited:
+            self._step(graph.name)
+        try:
+            for v, x in zip(graph.inputs, inputs, strict=True):
+                env[v] = x
+                self._bind_symbols(v, x, symbols)
+                if limited and bindings is None:  # a sub-graph's inputs are its caller's values
+                    self._hold(held, v, x, f"input %{v.name}")
+            last_use = _last_uses(graph)
+            for node in graph.nodes:
+                try:
+                    if limited:
+                        self._step(node.op)
+                        self._check_declared(node, symbols)
+                    args = self._materialize(node.args, env, symbols)
+                    kwargs = self._materialize(node.kwargs, env, symbols)
+                    result = self.call_op(node, args, kwargs, symbols)
+                    self._bind_outputs(node, result, env)
+                    if limited:
+                        for v in node.outputs:
+                            self._hold(held, v, env.get(v), f"%{v.name} = {node.op}(...)")
+                except (InterpreterError, RunLimitError):
+                    raise
+                except Exception as exc:
+                    raise InterpreterError(_describe_failure(node, exc)) from exc
+                for v in last_use.get(node, ()):
+                    env.pop(v, None)
+                    self.held_bytes -= held.pop(v, 0)
+            return tuple(self._materialize(list(graph.outputs), env, symbols))
+        finally:
+            self.held_bytes -= sum(held.values())
+
+    # -- limits (only with RunLimits)
+    def _step(self, what: str) -> None:
+        self.steps += 1
+        if self.steps > self.limits.max_steps:
+            raise RunLimitError(f"the run took more than {self.limits.max_steps} steps (nodes and graphs "
+                                f"entered) and was stopped at {what}; raise RunLimits.max_steps to run it")
+
+    def _hold(self, held: dict[Value, int], v: Value, x: Any, what: str) -> None:
+        from fireclay_ir.run_limits import value_bytes
+
+        size = value_bytes(x)
+        if self.held_bytes + size > self.limits.max_bytes:
+            raise RunLimitError(f"{what} holds {size} bytes, and the run may hold {self.limits.max_bytes} "
+                                f"bytes at once ({self.held_bytes} already held); raise RunLimits.max_bytes "
+                                "to run it")
+        held[v] = held.get(v, 0) + size
+        self.held_bytes += size
+
+    def _check_declared(self, node: Node, symbols: dict[str, Any]) -> None:
+        """Refuse a node whose declared outputs alone would not fit, before it allocates them."""
+        from fireclay_ir.run_limits import declared_shape
+
+        for v in node.outputs:
+            if isinstance(v.type, TensorMeta):
+                shape = declared_shape(v.type, symbols)
+                if shape is not None:
+                    self.limits.check_tensor(shape, v.type.dtype, f"%{v.name} = {node.op}(...)", self.held_bytes)
 
     def call_op(self, node: Node, args: list, kwargs: dict, symbols: dict[str, Any]) -> Any:
         """Execute one node's op on materialized arguments."""
@@ -340,6 +415,11 @@ def _run_checkpoint(interp: Interpreter, node: Node, args: list, kwargs: dict, s
 _HOP_RULES = {"cond": _run_cond, "while_loop": _run_while, "checkpoint": _run_checkpoint}
 
 
-def interpret(program: Program, *args: Any, graph: str | None = None) -> tuple:
-    """Run ``program``'s entry graph (or ``graph``) on ``args``; returns the outputs as a tuple."""
-    return Interpreter(program).run(*args, graph=graph)
+def interpret(program: Program, *args: Any, graph: str | None = None, limits: RunLimits | None = None) -> tuple:
+    """Run ``program``'s entry graph (or ``graph``) on ``args``; returns the outputs as a tuple.
+
+    Pass ``limits`` (a :class:`~fireclay_ir.run_limits.RunLimits`) for a program from a source you
+    do not trust: the run then stops with a RunLimitError before it takes more steps or holds more
+    bytes than they allow, and the caller's grad mode is restored after it.
+    """
+    return Interpreter(program, limits=limits).run(*args, graph=graph)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import struct
 import sys
 import tempfile
@@ -113,6 +114,28 @@ def replace_file(path: str | os.PathLike, chunks: list[bytes]) -> None:
         raise
 
 
+def open_regular_file(path: str | os.PathLike, what: str) -> tuple[BinaryIO, int]:
+    """``path`` opened for reading, with its size; a FormatError unless it is a regular file.
+
+    A FIFO would block the reader forever and a device (``/dev/zero``) would never end, so both
+    are refused; the file is opened without blocking and checked through its descriptor, so it
+    cannot be swapped between the check and the read.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FormatError("", f"{os.fspath(path)} is not a regular file; {what} must be one "
+                                  "(not a FIFO, device or socket)")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def _read_exact(f: BinaryIO, n: int, what: str) -> bytes:
     data = f.read(n)
     if len(data) != n:
@@ -125,8 +148,8 @@ def read_safetensors(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS
     """Read a safetensors file into RawTensors and its ``__metadata__``; any defect is a FormatError
     naming the tensor."""
     _check_little_endian()
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    f, size = open_regular_file(path, "a weights file")
+    with f:
         if size < 8:
             raise FormatError("", f"{os.fspath(path)} is not a safetensors file: only {size} bytes")
         (n,) = struct.unpack("<Q", _read_exact(f, 8, "the header length"))

@@ -260,6 +260,11 @@ def dumps(expr) -> str:
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(\*\*|==|!=|<=|>=|[-+*(),<>]))")
 _MAX_LEN = 100_000
 _MAX_DEPTH = 64
+# Sizes fit 64 bits: a literal, exponent or constant power far beyond that is a hostile or broken
+# string, refused before sympy spends seconds (or all memory) on the number.
+_MAX_DIGITS = 40
+_MAX_EXPONENT = 1024
+_MAX_POWER_BITS = 4096
 
 
 @lru_cache(maxsize=8192)
@@ -304,6 +309,11 @@ class _Parser:
             self._fail(f"expected {value!r}, found {tok[1]!r}", tok[2])
         self.i += 1
         return tok
+
+    def _int(self, tok: tuple[str, str, int]) -> int:
+        if len(tok[1]) > _MAX_DIGITS:
+            self._fail(f"an integer of {len(tok[1])} digits is longer than the limit {_MAX_DIGITS}", tok[2])
+        return int(tok[1])
 
     def parse(self) -> sympy.Basic:
         if not self.tokens:
@@ -366,14 +376,19 @@ class _Parser:
             exp = self._take()
             if exp[0] != "int":
                 self._fail("an exponent must be a non-negative integer", exp[2])
-            return base ** int(exp[1])
+            n = self._int(exp)
+            if n > _MAX_EXPONENT:
+                self._fail(f"the exponent {n} is larger than the limit {_MAX_EXPONENT}", exp[2])
+            if isinstance(base, sympy.Integer) and abs(int(base)) > 1 and int(base).bit_length() * n > _MAX_POWER_BITS:
+                self._fail(f"{base}**{n} has more than {_MAX_POWER_BITS} bits", exp[2])
+            return base ** n
         return base
 
     def _atom(self) -> sympy.Basic:
         tok = self._take()
         kind, value, pos = tok
         if kind == "int":
-            return sympy.Integer(int(value))
+            return sympy.Integer(self._int(tok))
         if value == "(":
             self._enter()
             e = self._compare()

@@ -8,7 +8,10 @@ common non-core ops a graph meets before decomposition (views, in-place variants
 
 An overload missing from the data is looked up in ``torch.ops.aten`` when torch is installed
 (flagged in its ``tags`` as ``from_torch``): the namespace is fixed to ``aten``, so no
-arbitrary import is possible.
+arbitrary import is possible, and only tensor ops pass (:func:`refusal`): an overload whose
+schema holds no tensor (TorchScript's list, string and dict builtins), takes a storage, stream,
+future or class object, or is one of the reviewed ops that touch files, share storage or write
+process state (:data:`REFUSED`) is refused, by name, with the reason.
 """
 
 from __future__ import annotations
@@ -362,6 +365,53 @@ def check_call(op: OpDef, args: tuple, kwargs: dict[str, Any]) -> list[str]:
     return problems
 
 
+# Ops that a document may never name, reviewed against torch's aten schemas (docs/security.md):
+# whatever the op's schema says, running it would reach outside the program's own tensors.
+_REFUSED_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("it reads or writes files", ("from_file", "save")),
+    ("it shares, swaps or re-points a tensor's storage, so the tensor may address memory it does not own",
+     ("set", "set_", "set_data", "_reshape_alias", "_pin_memory", "pin_memory", "is_pinned", "record_stream",
+      "_share_memory_", "share_memory_")),
+    ("it builds a sparse or nested tensor without checking its indices, so reading it may address memory "
+     "outside the tensor", (
+         "sparse_coo_tensor", "sparse_csr_tensor", "sparse_csc_tensor", "sparse_bsr_tensor", "sparse_bsc_tensor",
+         "sparse_compressed_tensor", "_sparse_coo_tensor_unsafe", "_sparse_coo_tensor_with_dims",
+         "_sparse_coo_tensor_with_dims_and_tensors", "_sparse_csr_tensor_unsafe", "_sparse_csc_tensor_unsafe",
+         "_sparse_bsr_tensor_unsafe", "_sparse_bsc_tensor_unsafe", "_sparse_compressed_tensor_unsafe",
+         "_sparse_compressed_tensor_with_dims", "sparse_resize_", "sparse_resize_and_clear_",
+         "_nested_view_from_buffer", "_nested_view_from_buffer_copy", "_nested_view_from_jagged",
+         "_nested_view_from_jagged_copy")),
+    ("it reads or writes process-wide state (random seeds, grad mode, forward-AD levels, library caches)",
+     ("manual_seed", "seed", "initial_seed", "set_grad_enabled", "_make_dual", "_make_dual_copy", "_unpack_dual",
+      "_cufft_set_plan_cache_max_size", "_cufft_clear_plan_cache", "_cufft_get_plan_cache_max_size",
+      "_cufft_get_plan_cache_size", "_set_item")),
+    ("it runs autograd, futures or remote calls, which call code the document does not name",
+     ("backward", "grad", "wait", "to_here", "local_value", "owner", "owner_name", "confirmed_by_owner",
+      "is_owner")),
+)
+REFUSED: dict[str, str] = {packet: why for why, packets in _REFUSED_GROUPS for packet in packets}
+# Schema types no document can hold a value of, that stand for storage, streams or Python objects.
+_REFUSED_TYPES = re.compile(r"\b(Storage|Stream|Future|RRef|Any|Capsule|AnyClassType|__torch__\.[\w.]+)\b")
+
+
+def refusal(name: str, schema: str | None = None) -> str | None:
+    """Why the aten overload ``name`` (``from_file.default``) may not be in a document, or None.
+
+    ``schema`` is checked too when given: an op from torch (not in the shipped data) must work on
+    tensors and take no storage, stream or object arguments."""
+    why = REFUSED.get(name.split(".")[0])
+    if why is not None:
+        return why
+    if schema is not None:
+        args = schema.rsplit(") -> ", 1)[0]
+        bad = _REFUSED_TYPES.search(args)
+        if bad:
+            return f"it takes an argument of type {bad.group(1)}, which is not data"
+        if "Tensor" not in schema:
+            return "it is not a tensor op (it works on Python lists, strings or dicts only)"
+    return None
+
+
 class AtenDialect(Dialect):
     def __init__(self) -> None:
         super().__init__("aten", str(_data_version_lazy()))
@@ -369,10 +419,18 @@ class AtenDialect(Dialect):
     def _missing(self, name: str) -> OpDef | None:
         if not _NAME.match(name):
             return None
+        why = refusal(name)
+        if why is not None:
+            raise IRError(f"aten::{name} is refused in a program: {why}")
         entry = _data()["ops"].get(name)
         if entry is not None:
             return opdef_from_schema(name, entry["schema"], tuple(entry.get("tags", ())))
-        return _from_torch(name)
+        op = _from_torch(name)
+        if op is not None:
+            why = refusal(name, op.schema)
+            if why is not None:
+                raise IRError(f"aten::{op.name} is refused in a program: {why}")
+        return op
 
     def _hint(self, name: str) -> str:
         stem = name.split(".")[0]

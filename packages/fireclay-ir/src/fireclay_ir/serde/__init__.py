@@ -13,6 +13,7 @@ from typing import Any
 from fireclay_ir.model import Program, TensorMeta
 from fireclay_ir.safetensors_io import (
     RawTensor,
+    open_regular_file,
     raw_to_tensor,
     read_safetensors,
     replace_file,
@@ -137,11 +138,11 @@ def load(
     """
     if weights not in ("auto", "torch", "bytes", "none"):
         raise ValueError(f"weights must be 'auto', 'torch', 'bytes' or 'none', got {weights!r}")
-    size = os.path.getsize(path)
-    if size > limits.max_document_chars:
-        raise FormatError("", f"{os.fspath(path)} has {size} bytes, above the limit {limits.max_document_chars}")
-    with open(path, "rb") as f:
-        raw_text = f.read()
+    f, size = open_regular_file(path, "a program document")
+    with f:
+        if size > limits.max_document_chars:
+            raise FormatError("", f"{os.fspath(path)} has {size} bytes, above the limit {limits.max_document_chars}")
+        raw_text = f.read(limits.max_document_chars + 1)
     try:
         text = raw_text.decode("utf-8")
     except UnicodeDecodeError as exc:

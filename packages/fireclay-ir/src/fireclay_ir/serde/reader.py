@@ -164,6 +164,13 @@ class _Reader:
             return self.expr(x, where, "a symbolic dimension")
         return self.int_(x, where, "an int or a symbolic expression string")
 
+    def size(self, x: Any, where: str, what: str) -> int | str:
+        """A dimension, stride or offset: a symbolic expression or an int that is not negative."""
+        d = self.dim(x, where)
+        if isinstance(d, int) and d < 0:
+            raise FormatError(where, f"{what} must not be negative, got {d}")
+        return d
+
     def plain(self, x: Any, where: str) -> Any:
         """Free JSON data (meta, metadata): strings bounded, numbers finite and 64-bit."""
         if isinstance(x, dict):
@@ -195,14 +202,14 @@ class _Reader:
         shape = self.list_(t["shape"], f"{w}.shape", "dimensions")
         if len(shape) > self.limits.max_rank:
             raise FormatError(f"{w}.shape", f"rank {len(shape)} is above the limit {self.limits.max_rank}")
-        dims = tuple(self.dim(d, f"{w}.shape[{i}]") for i, d in enumerate(shape))
+        dims = tuple(self.size(d, f"{w}.shape[{i}]", "a dimension") for i, d in enumerate(shape))
         strides = None
         if t["strides"] is not None:
             raw = self.list_(t["strides"], f"{w}.strides", "strides (or null for contiguous)")
             if len(raw) != len(dims):
                 raise FormatError(f"{w}.strides", f"{len(raw)} strides for a rank-{len(dims)} shape")
-            strides = tuple(self.dim(d, f"{w}.strides[{i}]") for i, d in enumerate(raw))
-        offset = self.dim(t["storage_offset"], f"{w}.storage_offset")
+            strides = tuple(self.size(d, f"{w}.strides[{i}]", "a stride") for i, d in enumerate(raw))
+        offset = self.size(t["storage_offset"], f"{w}.storage_offset", "a storage offset")
         device = self.str_(t["device"], f"{w}.device", "a device name", name=True)
         grad = t["requires_grad"]
         if not isinstance(grad, bool):
@@ -253,6 +260,9 @@ class _Reader:
                 raise FormatError(w, f"expected a number or one of 'inf', '-inf', 'nan', got {describe(v)}")
             if isinstance(v, int):
                 self.int_(v, w)
+            if not math.isfinite(v):  # 1e400 reads as inf: only the spelled-out forms stand for it
+                raise FormatError(w, f"the number {describe(v)} is not a finite float; non-finite floats are "
+                                     "written as \"inf\", \"-inf\" or \"nan\"")
             return float(v)
         if tag == "str":
             return self.str_(v, w)

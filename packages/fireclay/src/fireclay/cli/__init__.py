@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     with_inputs(p)
     p.add_argument("--print-values", action="store_true", help="print every output value")
     p.add_argument("--save-outputs", metavar="PATH", help="write the outputs to a .safetensors file (out0, out1, ...)")
+    p.add_argument("--max-steps", type=int, default=None, metavar="N",
+                   help="stop after N nodes and graphs run (default: fireclay_ir.RunLimits().max_steps)")
+    p.add_argument("--max-bytes", type=int, default=None, metavar="N",
+                   help="refuse to hold more than N bytes of tensors at once (default: RunLimits().max_bytes)")
 
     p = sub.add_parser("autograd", help="torch dialect -> aten (inference, or forward and backward with --train)")
     p.add_argument("file")

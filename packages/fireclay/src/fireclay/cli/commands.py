@@ -73,8 +73,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         values = inputs_for(program, args.inputs, args.seed)
         outputs = tuple(run_scheduled(from_program(program), *bind_weights(program, values)))
     else:
-        values = inputs_for(program, args.inputs, args.seed)
-        outputs = ir.interpret(program, *values)
+        # A document may come from anyone: the run is bounded in steps and bytes (docs/security.md).
+        defaults = ir.RunLimits()
+        limits = ir.RunLimits(max_steps=defaults.max_steps if args.max_steps is None else args.max_steps,
+                              max_bytes=defaults.max_bytes if args.max_bytes is None else args.max_bytes)
+        values = inputs_for(program, args.inputs, args.seed, limits=limits)
+        try:
+            outputs = ir.interpret(program, *values, limits=limits)
+        except ir.RunLimitError as e:
+            raise CLIError(f"{args.file}: {e}") from None
     for i, value in enumerate(values):
         print(summarize(f"input {i}", value))
     for i, value in enumerate(outputs):

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from fireclay_ir import Program, TensorMeta, bind_inputs, evaluate_symexpr
+from fireclay_ir import Program, RunLimitError, RunLimits, TensorMeta, bind_inputs, evaluate_symexpr
 from fireclay_ir.safetensors_io import raw_to_tensor, read_safetensors, tensor_to_raw, write_safetensors
 
 GENERATORS = ("randn", "rand", "zeros", "ones", "randint")
@@ -123,9 +123,11 @@ def _size(dim: Any, program: Program) -> int:
         raise InputSpecError(f"the size {dim} has no hint in the program; give this input with --inputs") from None
 
 
-def inputs_for(program: Program, specs: list[str] | None, seed: int = 0) -> list[Any]:
+def inputs_for(program: Program, specs: list[str] | None, seed: int = 0,
+               limits: RunLimits | None = None) -> list[Any]:
     """Inputs from ``specs``, or generated from the program's input types (symbolic sizes at
-    their hints) when no spec is given."""
+    their hints) when no spec is given; with ``limits``, an input larger than they allow is an
+    InputSpecError before anything is allocated."""
     generator = torch.Generator().manual_seed(seed)
     expected = user_inputs(program)
     if specs:
@@ -140,6 +142,11 @@ def inputs_for(program: Program, specs: list[str] | None, seed: int = 0) -> list
             raise InputSpecError(f"input %{v.name} is a {v.type.kind} scalar; give the inputs with --inputs")
         meta = v.type
         shape = tuple(_size(d, program) for d in meta.shape)
+        if limits is not None:
+            try:
+                limits.check_tensor(shape, meta.dtype, f"input %{v.name}")
+            except RunLimitError as e:
+                raise InputSpecError(str(e)) from None
         device = meta.device if meta.device.startswith("cpu") or torch.cuda.is_available() else "cpu"
         values.append(generate("randn", shape, _dtype(meta.dtype, meta.dtype), generator, device))
     return values
