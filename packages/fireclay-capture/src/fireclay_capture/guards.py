@@ -353,6 +353,8 @@ def describe_failure(g: Guard, L: dict) -> str:
     if g.kind == "id":
         return f"{where}: expected the same object as when captured ({_short(g.data)}), got {_short(value)}"
     if g.kind == "equals":
+        if type(value) is not type(g.data):
+            return f"{where}: type expected {type(g.data).__name__} ({_short(g.data)}), got {type(value).__name__}"
         return f"{where} == {_short(g.data)} expected, got {_short(value)}"
     if g.kind == "len":
         return f"len({where}) == {g.data[1]} expected, got {len(value) if hasattr(value, '__len__') else _short(value)}"
