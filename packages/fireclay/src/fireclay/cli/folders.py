@@ -105,8 +105,8 @@ def run_folder(args: argparse.Namespace) -> int:
     package = code_generator(generator)
     compiled = package.compile_program(program)
     for name, text in compiled.source_files().items():
-        recorded = files.get(name)
-        if recorded is not None and recorded != hashlib.sha256(text.encode()).hexdigest():
+        path = os.path.join(args.file, name)
+        if name in files and os.path.exists(path) and _digest(path) != hashlib.sha256(text.encode()).hexdigest():
             print(f"fireclay: {os.path.join(args.file, name)} differs from what fireclay-{generator} generates for "
                   f"{PROGRAM} (edited by hand, or another version made it); running the program as generated now",
                   file=sys.stderr)
