@@ -59,7 +59,9 @@ def _readme_installs() -> dict[str, list[str]]:
 
 
 def _uv() -> str | None:
-    found = shutil.which("uv") or os.path.join(os.path.dirname(sys.executable), "uv")
+    """uv: the nox integration session names its own (FIRECLAY_UV), else the one on PATH."""
+    found = (os.environ.get("FIRECLAY_UV") or shutil.which("uv")
+             or os.path.join(os.path.dirname(sys.executable), "uv"))
     return found if found and os.path.exists(found) else None
 
 
