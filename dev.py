@@ -4,6 +4,7 @@
     python3 dev.py demo      # the main job end to end
     python3 dev.py tests     # every package alone, lint, integration tests
     python3 dev.py -l        # list the sessions
+    python3 dev.py wheels    # build the eight packages' wheels into dist/ (not a nox session)
 
 Arguments are passed to nox unchanged (a bare word is taken as a session name).
 """
@@ -35,8 +36,31 @@ def ensure_nox() -> pathlib.Path:
     return python
 
 
+PACKAGES = ROOT / "packages"
+
+
+def build_wheels(argv: list[str]) -> int:
+    """``dev.py wheels [DEST]``: one wheel per package in DEST (default dist/), for
+    ``pip install --find-links DEST fireclay-capture`` and the like."""
+    dest = pathlib.Path(argv[0]) if argv else ROOT / "dist"
+    python = pathlib.Path(sys.executable)
+    if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode != 0:
+        python = _tools_python()  # a Python without pip: use the tools environment's
+        if not python.exists():
+            venv.EnvBuilder(with_pip=True, clear=True).create(TOOLS)
+    packages = sorted(p for p in PACKAGES.iterdir() if (p / "pyproject.toml").exists())
+    dest.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run([python, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest), *map(str, packages)])
+    if result.returncode == 0:
+        print(f"dev.py: {len(packages)} wheels in {dest}; install with e.g. "
+              f"pip install --find-links {dest} fireclay-capture")
+    return result.returncode
+
+
 def main(argv: list[str]) -> int:
     args = list(argv)
+    if args[:1] == ["wheels"]:
+        return build_wheels(args[1:])
     if args and not args[0].startswith("-"):
         args = ["-s", args[0], *args[1:]]
     python = ensure_nox()

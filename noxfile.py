@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -96,10 +97,22 @@ def _install_everything(session: nox.Session, *extra: str) -> None:
     _install(session, *(_path(d) for d in ALL_DISTS), *extra)
 
 
+def _uv_binary() -> str | None:
+    """The uv nox builds environments with (the install walkthrough makes fresh ones with it)."""
+    try:
+        from nox.virtualenv import UV  # nox's own uv, found or installed with nox[uv]
+    except ImportError:
+        UV = None
+    return UV if UV and os.path.exists(str(UV)) else shutil.which("uv")
+
+
 @nox.session
 def integration(session: nox.Session) -> None:
     """All packages together: end-to-end tests over real models, for correctness."""
     _install_everything(session, "pytest", "pytest-xdist", "hypothesis", "transformers>=4.40")
+    uv = _uv_binary()
+    if uv:
+        session.env["FIRECLAY_UV"] = str(uv)
     _pytest(session, "-n", "2", str(ROOT / "integration_tests"))
 
 

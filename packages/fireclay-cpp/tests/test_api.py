@@ -86,3 +86,42 @@ def test_many_kernels_are_split_over_libraries_built_together(monkeypatch):
     assert len(groups) == 3 and [k for g in groups for k in g] == kernels  # order kept, none lost
     assert api.library_sources(kernels[:5]) == [kernels[:5]]
     assert api.library_sources([]) == []
+
+
+def _with_weights(requires_grad: bool):
+    """The MLP with w and b as the program's parameters (data held by the program)."""
+    from fireclay_ir import InputSpec, Weight
+
+    program, b, xs = _mlp()
+    graph = program.main
+    for pos, name in ((1, "w"), (2, "b")):
+        graph.input_specs[pos] = InputSpec("parameter", name)
+        data = xs[pos].clone().requires_grad_(requires_grad)
+        program.weights[name] = Weight(graph.inputs[pos].type, data)
+    return program, b, xs
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("stage", ["aten", "saved loops"])
+def test_compiled_program_binds_its_weights(stage, requires_grad, tmp_path):
+    """Called with the user inputs alone, a compiled program takes its weights from the program,
+    also when they require grad (as a module's parameters do) and after a save and load of the
+    loops program (read back with fireclay_loops.from_program by compile_program itself)."""
+    import fireclay_ir
+    from fireclay_loops import to_program
+
+    program, b, xs = _with_weights(requires_grad)
+    if stage == "saved loops":
+        path = str(tmp_path / "p.fcir.json")
+        fireclay_ir.save(to_program(schedule(lower(program))), path)
+        program = fireclay_ir.load(path)
+    compiled = fireclay_cpp.compile_program(program, [xs[0]])
+    for _ in range(2):
+        x = torch.randn_like(xs[0])
+        for g, w in zip(compiled(x), b.eager(x, xs[1], xs[2])):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    # every input, weights included, still works
+    for g, w in zip(compiled(xs[0], xs[1], xs[2]), b.eager(*xs)):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    with pytest.raises(fireclay_cpp.InputError, match="takes 3 inputs \\(or its 1 user inputs"):
+        compiled(xs[0], xs[1])

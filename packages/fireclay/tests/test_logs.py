@@ -13,7 +13,8 @@ from fireclay import logs
 SPECS = [
     ("capture,loops=debug", {"capture": logging.INFO, "loops": logging.DEBUG}),
     ("+autograd", {"autograd": logging.DEBUG}),
-    ("all=warning", {s: logging.WARNING for s in [*logs.STAGES, *logs.OWN]}),
+    ("all=warning", {s: logging.WARNING for s in [*logs.STAGES, *logs.OWN, *logs.CHANNELS]}),
+    ("recompiles,+guards", {"recompiles": logging.INFO, "guards": logging.DEBUG}),
     ("cache", {"cache": logging.INFO}),
     (" cpp = ERROR , triton ", {"cpp": logging.ERROR, "triton": logging.INFO}),
     ("", {}),
@@ -26,7 +27,8 @@ def test_parse_spec(spec, expected):
 
 
 @pytest.mark.parametrize("spec, problem", [
-    ("captur", "unknown stage 'captur' (stages: capture, autograd, loops, cpp, triton, cache, or all)"),
+    ("captur", "unknown stage or channel 'captur' (stages: capture, autograd, loops, cpp, triton, cache; channels: "
+               "recompiles, graph_breaks, guards, output_code, perf_hints, stage_times; or all)"),
     ("loops=loud", "unknown level 'loud'"),
 ])
 def test_parse_spec_reports_problems(spec, problem):
@@ -37,7 +39,8 @@ def test_parse_spec_reports_problems(spec, problem):
 
 @pytest.fixture()
 def restore_loggers():
-    names = [logs.ROOT, *(f"{logs.ROOT}.{s}" for s in logs.STAGES), *logs.STAGES.values(), *logs.OWN.values()]
+    names = [logs.ROOT, *(f"{logs.ROOT}.{s}" for s in logs.STAGES), *logs.STAGES.values(), *logs.OWN.values(),
+             *logs.CHANNELS.values()]
     saved = {n: (logging.getLogger(n).level, list(logging.getLogger(n).handlers)) for n in names}
     yield
     for n, (level, handlers) in saved.items():

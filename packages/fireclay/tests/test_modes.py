@@ -51,9 +51,9 @@ def test_fireclay_backend_hands_mode_options_to_code_generation(mode, train, mon
     seen = []
     real = builtin._codegen_compiler
 
-    def spy(program, example_inputs, options=None, artifacts=None):
+    def spy(program, example_inputs, options=None, artifacts=None, **rest):
         seen.append(dict(options or {}))
-        return real(program, example_inputs, options, artifacts)
+        return real(program, example_inputs, options, artifacts, **rest)
 
     monkeypatch.setattr(builtin, "_codegen_compiler", spy)
     model = _mlp()

@@ -31,6 +31,31 @@ from fireclay_capture.variables.functions import is_generator_context_factory
 from fireclay_capture.variables.objects import _hooks_of
 
 log = logging.getLogger("fireclay_capture")
+# Channels a user turns on one by one (FIRECLAY_LOG=recompiles,graph_breaks,guards under fireclay).
+recompiles_log = logging.getLogger("fireclay_capture.recompiles")
+graph_breaks_log = logging.getLogger("fireclay_capture.graph_breaks")
+guards_log = logging.getLogger("fireclay_capture.guards")
+
+
+# Callables told when a frame's capture starts and ends: listener(event, captured_function,
+# seconds) with event "start" (seconds 0) or "end" (the capture's time, its backend's included).
+# The umbrella shows progress and stage times with them; see add_capture_listener.
+_capture_listeners: list = []
+
+
+def add_capture_listener(listener) -> None:
+    """Call ``listener(event, captured_function, seconds)`` around every capture ("start"/"end")."""
+    if listener not in _capture_listeners:
+        _capture_listeners.append(listener)
+
+
+def remove_capture_listener(listener) -> None:
+    if listener in _capture_listeners:
+        _capture_listeners.remove(listener)
+
+
+class RecompileError(RuntimeError):
+    """A compiled function needed a new capture under ``set_stance("fail_on_recompile")``."""
 
 
 @contextlib.contextmanager
@@ -126,6 +151,8 @@ class CapturedFunction:
         return self._run(L, lambda: self.fn(*L.values()))
 
     def _run(self, L: dict, run_eagerly) -> Any:
+        if config.stance == "force_eager":
+            return run_eagerly()
         hit = self.cache.lookup(L)
         if hit is not None:
             entry, inputs = hit
@@ -136,6 +163,14 @@ class CapturedFunction:
             return entry.run(inputs, L)
         if self.cache.given_up:
             return run_eagerly()
+        if self.cache.entries and (config.stance != "default" or recompiles_log.isEnabledFor(logging.INFO)):
+            reason = self.recompile_reason(L)
+            if config.stance == "eager_on_recompile":
+                return run_eagerly()
+            if config.stance == "fail_on_recompile":
+                raise RecompileError(f"{self._where()} would be captured again under set_stance('fail_on_recompile'): "
+                                     f"{reason}")
+            recompiles_log.info("recompiling %s: %s", self._where(), reason)
         if len(self.cache.entries) >= config.recompile_limit:
             warnings.warn(f"fireclay_capture: {self.code.co_qualname} ({self.code.co_filename}:"
                           f"{self.code.co_firstlineno}) was re-captured {config.recompile_limit} times "
@@ -145,7 +180,10 @@ class CapturedFunction:
         if self.cache.entries and self.dynamic is None and config.automatic_dynamic:
             self._note_changed_sizes(L)
         with _collector_paused():
-            entry = self._capture(L)
+            if _capture_listeners:
+                entry = self._capture_told(L)
+            else:
+                entry = self._capture(L)
             self.cache.entries.append(entry)
             if entry.compiled is not None:
                 inputs = entry.guards(L)
@@ -154,6 +192,29 @@ class CapturedFunction:
                 # The first call compiles the program (backends compile lazily), so it runs paused too.
                 return entry.run(inputs, L)
         return run_eagerly()
+
+    def _capture_told(self, L: dict) -> CacheEntry:
+        import time
+
+        for listener in list(_capture_listeners):
+            listener("start", self, 0.0)
+        start = time.perf_counter()
+        try:
+            return self._capture(L)
+        finally:
+            for listener in list(_capture_listeners):
+                listener("end", self, time.perf_counter() - start)
+
+    def _where(self) -> str:
+        return f"{self.code.co_qualname} ({self.code.co_filename}:{self.code.co_firstlineno})"
+
+    def recompile_reason(self, L: dict) -> str:
+        """Why no cache entry accepts ``L``: the first failing guard of each entry, newest first."""
+        reasons = []
+        for i in range(len(self.cache.entries) - 1, -1, -1):
+            why = self.cache.entries[i].guards.first_failure(L)
+            reasons.append(f"entry {i}: {why or 'no guard failed'}")
+        return "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} older entries" if len(reasons) > 3 else "")
 
     def _note_changed_sizes(self, L: dict) -> None:
         """Automatic dynamic: dims whose size differs from the last capture become symbolic."""
@@ -225,6 +286,9 @@ class CapturedFunction:
                 return self._fallback(tx, e)
             log.info("graph break in %s: %s", self.code.co_qualname,
                      describe_unsupported(self.code, e).splitlines()[0])
+            if graph_breaks_log.isEnabledFor(logging.INFO):
+                graph_breaks_log.info("graph break in %s at %s: %s", self.code.co_qualname,
+                                      format_location(e.location), e.reason)
         except Exception as exc:  # a fault inside the capture: never the user's problem
             if self.fullgraph:
                 raise
@@ -241,6 +305,9 @@ class CapturedFunction:
                                        "line": self.code.co_firstlineno}
         tx.aliases.guard_distinct()
         guards = tx.guards.compile(tx.input_sources)
+        if guards_log.isEnabledFor(logging.INFO):
+            guards_log.info("guards of %s, entry %d (%d guards):\n%s", self._where(), len(self.cache.entries),
+                            len(guards.guards), guards.source.rstrip())
         compiled = self.backend(program, list(tx.example_inputs))
         if self.stats.captures or self.stats.fallbacks:
             self.stats.recompiles += 1

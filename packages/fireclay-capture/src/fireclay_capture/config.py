@@ -42,3 +42,9 @@ replay_side_effects: bool = bool(_env_int("REPLAY_SIDE_EFFECTS", 1))
 #: too), which costs a fifth of a large model's compile. The cycles made meanwhile (IR graphs)
 #: are collected once the collector runs again.
 pause_gc: bool = bool(_env_int("PAUSE_GC", 1))
+
+#: How compiled functions behave (``set_stance``, as ``torch.compiler.set_stance``): ``default``
+#: captures and compiles; ``force_eager`` runs every captured function eagerly; ``eager_on_recompile``
+#: uses graphs already compiled and runs eagerly where a new capture would be needed;
+#: ``fail_on_recompile`` raises ``RecompileError`` where a new capture would be needed.
+stance: str = os.environ.get("FIRECLAY_CAPTURE_STANCE") or "default"

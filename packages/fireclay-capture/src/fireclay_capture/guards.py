@@ -201,7 +201,9 @@ class CompiledGuards:
             lines.append(f"{name} = {text}")
             return name
 
-        for g in guards:
+        tagged: list[tuple[int, int]] = []  # (first line of the guard, guard index)
+        for index, g in enumerate(guards):
+            tagged.append((len(lines), index))
             if g.kind == "expr":
                 lines.append(f"if not ({g.data}): return None")
                 continue
@@ -256,6 +258,30 @@ class CompiledGuards:
         )
         exec(compile(self.source, "<fireclay guards>", "exec"), ns)
         self.fn = ns["check_and_extract"]
+        self._ns, self._lines, self._tagged = ns, lines, tagged
+        self._diagnose: Any = None
+
+    def first_failure(self, L: dict) -> str | None:
+        """Which guard rejects ``L``, in words (``None`` when all pass): the reason of a
+        recompile. Built on first use from the same checks, each returning its guard's index."""
+        if self._diagnose is None:
+            starts = dict(self._tagged)
+            body = []
+            for i, line in enumerate(self._lines):
+                if i in starts:
+                    body.append(f"___at = {starts[i]}")
+                body.append(line.replace(": return None", ": return ___at") if line.startswith("if ") else line)
+            text = ("def diagnose(L):\n    ___at = -1\n    try:\n"
+                    + "".join(f"        {line}\n" for line in body or ["pass"])
+                    + "    except Exception:\n        return ___at\n    return None\n")
+            exec(compile(text, "<fireclay guard diagnosis>", "exec"), self._ns)
+            self._diagnose = self._ns["diagnose"]
+        index = self._diagnose(L)
+        if index is None:
+            return None
+        if index < 0:
+            return "reading the inputs failed"
+        return describe_failure(self.guards[index], L)
 
     def __call__(self, L: dict) -> list | None:
         return self.fn(L)
@@ -275,3 +301,67 @@ class _Named:
 
     def expr(self, consts):
         return self.name
+
+
+_TENSOR_FIELDS = ("type", "dtype", "device", "shape", "stride", "requires_grad")
+
+
+def _where(g: Guard) -> str:
+    if g.source is None:
+        return "the call"
+    try:
+        return g.source.expr({})
+    except Exception:
+        return str(g.source)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def describe_failure(g: Guard, L: dict) -> str:
+    """A failed guard in words, with the value the call brought where it can be read."""
+    from fireclay_capture.outputs import read_source
+
+    where = _where(g)
+    if g.kind == "grad_mode":
+        return f"grad mode: expected torch.is_grad_enabled() is {g.data}, got {torch.is_grad_enabled()}"
+    if g.kind == "autocast":
+        return f"autocast state changed (expected cpu={g.data[0]}, cuda={g.data[1]})"
+    if g.kind == "expr":
+        return f"size guard {g.data}"
+    try:
+        value = read_source(g.source, L)
+    except Exception as exc:
+        return f"{where}: could not be read ({type(exc).__name__}: {exc})"
+    if g.kind == "tensor":
+        if not isinstance(value, torch.Tensor):
+            return f"{where}: expected a tensor, got {type(value).__name__}"
+        typ, dtype, device, shape, stride, rg, dyn = g.data
+        actual = (type(value), value.dtype, value.device, tuple(value.shape), value.stride(), value.requires_grad)
+        for name, want, got in zip(_TENSOR_FIELDS, (typ, dtype, device, shape, stride, rg), actual):
+            if name in ("shape", "stride") and dyn:
+                continue
+            if want != got:
+                return f"{where}: {name} expected {want}, got {got}"
+        if dyn:
+            return f"{where}: static sizes of {tuple(shape)} (dynamic dims {sorted(dyn)}) or contiguity changed, got {tuple(value.shape)}"
+        return f"{where}: tensor guard failed"
+    if g.kind == "type":
+        return f"{where}: type expected {g.data.__name__}, got {type(value).__name__}"
+    if g.kind == "id":
+        return f"{where}: expected the same object as when captured ({_short(g.data)}), got {_short(value)}"
+    if g.kind == "equals":
+        if type(value) is not type(g.data):
+            return f"{where}: type expected {type(g.data).__name__} ({_short(g.data)}), got {type(value).__name__}"
+        return f"{where} == {_short(g.data)} expected, got {_short(value)}"
+    if g.kind == "len":
+        return f"len({where}) == {g.data[1]} expected, got {len(value) if hasattr(value, '__len__') else _short(value)}"
+    if g.kind == "dict_keys":
+        return f"keys of {where} expected {_short(g.data[1])}, got {_short(list(value))}"
+    if g.kind == "no_hooks":
+        return f"{where}: a forward hook was added"
+    if g.kind == "not_in":
+        return f"{where}: {g.data!r} appeared"
+    return f"{where}: {g.kind} guard failed"

@@ -206,5 +206,6 @@ class Tracer:
         if self.shapes is not None:
             for name, hint, lo, hi in self.shapes.symbols():
                 program.add_symbol(name, hint, lo, hi)
-            program.guards.append(self.shapes.guard_text())
+            # In terms of the symbols (the string form the format holds), not of the call's arguments.
+            program.guards.extend(self.shapes.env.produce_guards().dumps())
         return program

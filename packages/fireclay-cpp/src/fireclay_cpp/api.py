@@ -46,8 +46,11 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
                     cfg: Config | None = None) -> runtime.CompiledProgram:
     """Compile a program for the CPU; returns a callable taking the program's inputs.
 
-    ``program``: an aten-dialect ``fireclay_ir.Program``, a ``fireclay_loops.LoopProgram`` or a
-    ``ScheduledProgram``. ``example_inputs``, when given, are checked against the program's
+    ``program``: an aten-dialect ``fireclay_ir.Program``, a loops-dialect one (as ``fireclay loops``
+    saves it; ``fireclay_loops.from_program`` reads it back, which this does for you), a
+    ``fireclay_loops.LoopProgram`` or a ``ScheduledProgram``. The result takes every input of the
+    program, or only its user inputs: parameters, buffers and constants are then bound from the
+    program's weights (as a captured program's callable does). ``example_inputs``, when given, are checked against the program's
     inputs now rather than at the first call.
     """
     cfg = cfg or config
@@ -87,7 +90,7 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
 
 def _check_examples(scheduled: ScheduledProgram, inputs: Sequence[Any]) -> None:
     prog = scheduled.program
-    if len(inputs) != len(prog.inputs):
+    if len(inputs) not in (len(prog.inputs), len(prog.inputs) - len(prog.input_specs)):
         raise runtime.InputError(f"the program takes {len(prog.inputs)} inputs, {len(inputs)} examples were given")
 
 

@@ -25,14 +25,26 @@ NONNEGATIVE = ValueRange(0, math.inf)
 
 
 def to_scheduled(program: Any, **schedule_options: Any) -> ScheduledProgram:
-    """An aten-dialect ``fireclay_ir.Program``, a ``LoopProgram`` or a ``ScheduledProgram``,
+    """An aten-dialect ``fireclay_ir.Program``, a loops-dialect one (a saved schedule, read back
+    with :func:`~fireclay_loops.from_program`), a ``LoopProgram`` or a ``ScheduledProgram``,
     scheduled (``schedule_options`` go to :func:`~fireclay_loops.schedule`; a program already
     scheduled is taken as it is)."""
     if isinstance(program, ScheduledProgram):
         return program
+    if _is_loops_dialect(program):
+        from fireclay_loops.dialect import from_program
+
+        return from_program(program)
     if isinstance(program, LoopProgram):
         return schedule(program, **schedule_options)
     return schedule(lower(program), **schedule_options)
+
+
+def _is_loops_dialect(program: Any) -> bool:
+    graphs = getattr(program, "graphs", None)
+    if not isinstance(graphs, dict):
+        return False
+    return any(node.dialect == "loops" for graph in graphs.values() for node in graph.nodes)
 
 
 def py_expr(e: Any) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -125,10 +125,38 @@ class CompiledCall:
         self._call = call
 
     def __call__(self, *inputs: Any) -> tuple:
-        if len(inputs) != len(self.scheduled.program.inputs):
-            raise self.input_error(f"the compiled program takes {len(self.scheduled.program.inputs)} inputs, "
-                                   f"got {len(inputs)}")
+        expected = len(self.scheduled.program.inputs)
+        if len(inputs) != expected:
+            bound = self.bind_weights(inputs)
+            if bound is None:
+                users = expected - len(self.scheduled.program.input_specs)
+                also = f" (or its {users} user inputs: the program binds its weights)" if users != expected else ""
+                raise self.input_error(f"the compiled program takes {expected} inputs{also}, got {len(inputs)}")
+            inputs = bound
         return self._call(*inputs)
+
+    def bind_weights(self, user_inputs: Sequence[Any]) -> list[Any] | None:
+        """Every input, given only the user inputs: parameters, buffers and constants come from
+        the program's weights (as the capture convention does). ``None`` when the count does not
+        match or a weight has no data. Weights go in detached: a compiled program computes values,
+        gradients are the autograd stage's (a weight that requires grad would refuse ``out=``)."""
+        program = self.scheduled.program
+        specs = program.input_specs
+        if not specs or len(user_inputs) != len(program.inputs) - len(specs):
+            return None
+        given = iter(user_inputs)
+        bound = []
+        for name in program.inputs:
+            spec = specs.get(name)
+            if spec is None:
+                bound.append(next(given))
+                continue
+            weight = program.weights.get(spec.target)
+            if weight is None or weight.data is None:
+                return None
+            data = weight.data
+            bound.append(data.detach() if isinstance(data, torch.Tensor) else data)
+        return bound
 
     def source_files(self) -> dict[str, str]:
         """File name -> text of what ``dump`` writes."""

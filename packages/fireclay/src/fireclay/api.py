@@ -10,10 +10,13 @@ from typing import Any
 
 import torch
 
+import fireclay
 from fireclay.backends import lookup_backend
 from fireclay.modes import resolve_options
 from fireclay.verify import falling_back, verifying
 from fireclay_capture import CapturedFunction, capture
+
+fireclay._load_stages()
 
 # Every function fireclay.compile has wrapped and that is still alive, so reset() can reach them.
 _live: weakref.WeakSet[CapturedFunction] = weakref.WeakSet()
@@ -46,6 +49,7 @@ def compile(
     cannot be captured an error naming the file and line; otherwise that code runs eagerly.
     ``disable=True`` returns ``model`` unchanged.
     """
+    _check_arguments(fullgraph=fullgraph, dynamic=dynamic, backend=backend, disable=disable)
     resolved = resolve_options(mode, options)
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
     compiler = verifying(falling_back(_with_options(lookup_backend(backend), resolved), name, fullgraph), name)
@@ -64,6 +68,19 @@ def compile(
         return compiled
 
     return wrap if model is None else wrap(model)
+
+
+def _check_arguments(**values: Any) -> None:
+    """Arguments of the wrong kind are errors at the call, not surprises later."""
+    for name in ("fullgraph", "disable"):
+        if not isinstance(values[name], bool):
+            raise TypeError(f"fireclay.compile: {name} must be True or False, got {values[name]!r}")
+    dynamic = values["dynamic"]
+    if dynamic is not None and not isinstance(dynamic, bool):
+        raise TypeError(f"fireclay.compile: dynamic must be None (automatic), True or False, got {dynamic!r}")
+    backend = values["backend"]
+    if not isinstance(backend, str) and not callable(backend):
+        raise TypeError(f"fireclay.compile: backend must be a backend name or a callable, got {backend!r}")
 
 
 def _with_options(backend: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from fireclay import stages
 from fireclay.config import config
 from fireclay_loops.cache_dirs import default_root, private_folder, write_atomic
 
@@ -209,7 +210,9 @@ class AutogradArtifactCache:
     """What fireclay-autograd's ``CompiledProgram`` asks (``artifact_cache=``): the stored
     inference/training artifact for the inputs it compiles with, and where to store a new one."""
 
-    def __init__(self, program: Any, example_inputs: list, partitioner: str = "min_cut"):
+    def __init__(self, program: Any, example_inputs: list, partitioner: str = "min_cut", record: Any = None):
+        self.record = record  # the graph's stages.GraphRecord: its autograd stage is timed here
+        self._stage: Any = None
         self.program = program
         self.example = [describe_value(x) for x in example_inputs]
         self.partitioner = partitioner
@@ -249,6 +252,20 @@ class AutogradArtifactCache:
         return digest(self._base, kind, [describe_value(x) for x in inputs], torch.is_grad_enabled())
 
     def load(self, kind: str, inputs: list) -> Any:
+        # The autograd stage runs from here (a lookup, then the trace on a miss) to store().
+        if self.record is not None:
+            stages.end(self._stage)
+            self._stage = stages.begin("autograd", self.record.label)
+        artifact = self._load(kind, inputs)
+        if artifact is not None:
+            self._end_stage()
+        return artifact
+
+    def _end_stage(self) -> None:
+        stage, self._stage = self._stage, None
+        stages.end(stage)
+
+    def _load(self, kind: str, inputs: list) -> Any:
         if not config.compile_cache:
             return None
         from fireclay_autograd import ArtifactError, loads_artifact
@@ -278,6 +295,7 @@ class AutogradArtifactCache:
         return None
 
     def store(self, kind: str, inputs: list, artifact: Any) -> None:
+        self._end_stage()
         if not config.compile_cache:
             return
         from fireclay_autograd import ArtifactError, dumps_artifact

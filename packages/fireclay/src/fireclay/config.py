@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import importlib
 import os
+import sys
 from typing import Any
 
 
@@ -24,7 +25,8 @@ from typing import Any
 class Config:
     # Capture: how many times one code object may be re-captured before it runs eagerly.
     recompile_limit: int = 8
-    # Log every capture, guard failure and graph break at INFO level (FIRECLAY_LOG does more).
+    # Log captures, recompiles (with the failing guard), graph breaks and perf hints at INFO on
+    # stderr: FIRECLAY_LOG="capture,recompiles,graph_breaks,perf_hints" (FIRECLAY_LOG does more).
     verbose: bool = False
     # Sizes start static; a dimension becomes symbolic only when marked or after it changes.
     assume_static_by_default: bool = True
@@ -44,7 +46,8 @@ class Config:
     cache_dir: str = ""
     # Reuse the autograd and loops stages' artifacts from cache_dir across processes.
     compile_cache: bool = True
-    # Write every stage's intermediate program and generated source under this folder ("" = off).
+    # Write every stage's program (captured, aten, loops) and the generated kernels and wrapper of
+    # each graph the fireclay backend compiles under this folder, one folder per graph ("" = off).
     debug_dir: str = ""
     # Verify the IR at every stage boundary (slower; for debugging the compiler).
     verify_ir: bool = False
@@ -52,6 +55,9 @@ class Config:
     # the graph in the interpreter until they are ready (off under mode="reduce-overhead", whose
     # CUDA graphs must record compiled kernels). fireclay.wait_compiled() waits for them.
     background_compile: bool = True
+    # On a terminal (stderr a tty, no CI variable), show which graph and stage a compile is in once
+    # it has taken longer than 2 s (fireclay.stages).
+    show_progress: bool = True
 
     def patch(self, **changes: Any) -> _Patch:
         """Set knobs temporarily; usable as ``with config.patch(...)`` and ``@config.patch(...)``."""
@@ -59,6 +65,11 @@ class Config:
             if name not in _FIELDS:
                 raise AttributeError(_unknown(name))
         return _Patch(self, changes)
+
+    def write_through(self) -> None:
+        """Hand the knobs a stage reads from its own config module to that module."""
+        for name, (module, attr) in _STAGE_KNOBS.items():
+            setattr(importlib.import_module(module), attr, getattr(self, name))
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -70,7 +81,12 @@ class Config:
         super().__setattr__(name, value)
         if name in _STAGE_KNOBS:
             module, attr = _STAGE_KNOBS[name]
-            setattr(importlib.import_module(module), attr, value)
+            # A stage not imported yet gets every knob when it is (write_through), so that
+            # importing fireclay (the CLI's --help) does not import the stages and torch.
+            if module in sys.modules:
+                setattr(sys.modules[module], attr, value)
+        if name == "verbose":
+            importlib.import_module("fireclay.logs").set_verbose(value)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}

@@ -13,6 +13,7 @@ The environment variable ``FIRECLAY_LOG`` turns output on, read when this module
     FIRECLAY_LOG="+autograd"             # "+stage" is short for stage=debug
     FIRECLAY_LOG="all=info"              # every stage
     FIRECLAY_LOG="cache"                 # the compile cache: each stage's hit or miss
+    FIRECLAY_LOG="recompiles,graph_breaks,guards,output_code,perf_hints,stage_times"   # channels
 
 Items are comma separated: ``STAGE``, ``+STAGE`` or ``STAGE=LEVEL`` where LEVEL is a standard
 level name (debug, info, warning, error). Named stages print to stderr through one handler on
@@ -42,6 +43,18 @@ STAGES: dict[str, str] = {
 # Loggers of this package itself, nameable in FIRECLAY_LOG like a stage: "cache" is the compile
 # cache (which stages' artifacts were reused from an earlier process).
 OWN: dict[str, str] = {"cache": "fireclay.cache"}
+# Channels: one kind of message across stages, as TORCH_LOGS' artifacts. Those in QUIET are off
+# unless named (or "all"): a stage's own level does not turn them on; the others follow their
+# parent logger too (FIRECLAY_LOG=capture shows recompiles, INFO on "fireclay" shows perf hints).
+CHANNELS: dict[str, str] = {
+    "recompiles": "fireclay_capture.recompiles",    # a new capture of a function, with the failing guard
+    "graph_breaks": "fireclay_capture.graph_breaks",  # where (file:line) and why a graph was split
+    "guards": "fireclay_capture.guards",            # the guard set of each new cache entry
+    "output_code": "fireclay.output_code",          # where each graph's generated code was written
+    "perf_hints": "fireclay.perf_hints",            # options that change nothing here, and why
+    "stage_times": "fireclay.stage_times",          # each stage's own time, per graph
+}
+QUIET = ("graph_breaks", "guards", "output_code", "stage_times")
 ROOT = "fireclay"
 ENV_VAR = "FIRECLAY_LOG"
 
@@ -66,12 +79,19 @@ class _ForwardToStage(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         target = stage_logger(self.stage)
         forwarded = logging.makeLogRecord(record.__dict__)
-        forwarded.name = target.name
+        # A channel below the package (fireclay_capture.recompiles) keeps its name under the stage.
+        package = STAGES[self.stage]
+        suffix = record.name[len(package):] if record.name.startswith(package + ".") else ""
+        forwarded.name = target.name + suffix
         target.handle(forwarded)
 
 
 def install() -> None:
     """Forward every stage package's logger to its ``fireclay.<stage>`` logger (idempotent)."""
+    for name in QUIET:
+        channel = logging.getLogger(CHANNELS[name])
+        if channel.level == logging.NOTSET:  # not inherited from its stage: named, or off
+            channel.setLevel(logging.WARNING)
     for stage, package_name in STAGES.items():
         package = logging.getLogger(package_name)
         if any(isinstance(h, _ForwardToStage) for h in package.handlers):
@@ -99,9 +119,11 @@ def parse_spec(spec: str) -> tuple[dict[str, int], list[str]]:
         if level_name not in _LEVELS:
             problems.append(f"{item!r}: unknown level {level_name!r} (use one of {', '.join(sorted(set(_LEVELS) - {'warn'}))})")
             continue
-        names = [*STAGES, *OWN] if name == "all" else [name]
-        if name != "all" and name not in STAGES and name not in OWN:
-            problems.append(f"{item!r}: unknown stage {name!r} (stages: {', '.join([*STAGES, *OWN])}, or all)")
+        known = [*STAGES, *OWN, *CHANNELS]
+        names = known if name == "all" else [name]
+        if name != "all" and name not in known:
+            problems.append(f"{item!r}: unknown stage or channel {name!r} (stages: {', '.join([*STAGES, *OWN])}; "
+                            f"channels: {', '.join(CHANNELS)}; or all)")
             continue
         for stage in names:
             levels[stage] = _LEVELS[level_name]
@@ -112,8 +134,8 @@ def set_levels(levels: dict[str, int], stream=None) -> None:
     """Set each named stage's level (both logger names) and make sure the output is printed."""
     install()
     for stage, level in levels.items():
-        if stage in OWN:
-            logging.getLogger(OWN[stage]).setLevel(level)
+        if stage in OWN or stage in CHANNELS:
+            logging.getLogger({**OWN, **CHANNELS}[stage]).setLevel(level)
             continue
         stage_logger(stage).setLevel(level)
         # The package logger decides whether a record is made at all.
@@ -136,6 +158,30 @@ def configure_from_environment(environ=None) -> dict[str, int]:
         warnings.warn(f"{ENV_VAR}={spec!r}: ignored " + "; ".join(problems), stacklevel=2)
     set_levels(levels)
     return levels
+
+
+# What config.verbose turns on, and the levels it replaced (to put back when it is turned off).
+VERBOSE = ("capture", "recompiles", "graph_breaks", "perf_hints")
+_before_verbose: dict[str, int] | None = None
+
+
+def _logger_for(name: str) -> logging.Logger:
+    return stage_logger(name) if name in STAGES else logging.getLogger({**OWN, **CHANNELS}[name])
+
+
+def set_verbose(on: bool) -> None:
+    """``config.verbose``: captures, recompiles, graph breaks and perf hints at INFO (or back)."""
+    global _before_verbose
+    if on and _before_verbose is None:
+        install()
+        _before_verbose = {name: _logger_for(name).level for name in VERBOSE}
+        set_levels({name: min(logging.INFO, _logger_for(name).getEffectiveLevel()) for name in VERBOSE})
+    elif not on and _before_verbose is not None:
+        for name, level in _before_verbose.items():
+            _logger_for(name).setLevel(level)
+            if name in STAGES:
+                logging.getLogger(STAGES[name]).setLevel(level)
+        _before_verbose = None
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from fireclay import stages
 from fireclay.compile_cache import AutogradArtifactCache, scheduled_program
 from fireclay.config import config
 from fireclay.tiered import tiered
@@ -34,13 +35,30 @@ def aot_eager(program: Program, example_inputs: list) -> Compiled:
 
 
 def _codegen_compiler(program: Program, example_inputs: list, options: dict[str, Any] | None = None,
-                      artifacts: AutogradArtifactCache | None = None) -> Compiled:
+                      artifacts: AutogradArtifactCache | None = None,
+                      record: stages.GraphRecord | None = None) -> Compiled:
     """Generate code for one aten graph: Triton for CUDA tensors, C++ for CPU tensors. The
-    scheduled loop program comes from the compile cache when an earlier process made it."""
+    scheduled loop program comes from the compile cache when an earlier process made it.
+    ``record`` names the graph for stage times, progress and ``config.debug_dir``."""
     options = options or {}
+    record = record or stages.new_graph(program, first_source(program))
+    stages.write_program(record, "aten", program)
     origin = artifacts.origin(program) if artifacts is not None else None
-    scheduled = scheduled_program(program, example_inputs, origin)
-    if _targets_gpu(example_inputs):
+    with stages.stage("loops", record.label):
+        scheduled = scheduled_program(program, example_inputs, origin)
+    if config.debug_dir:
+        import fireclay_loops
+
+        stages.write_program(record, "loops", fireclay_loops.to_program(scheduled))
+    target = "triton" if _targets_gpu(example_inputs) else "cpp"
+    with stages.stage(target, record.label):
+        compiled = _generate(scheduled, example_inputs, options, program, target)
+    stages.write_code(record, target, compiled)
+    return compiled
+
+
+def _generate(scheduled: Any, example_inputs: list, options: dict[str, Any], program: Program, target: str) -> Compiled:
+    if target == "triton":
         return _for_gpu(scheduled, example_inputs, options, program=program)
     import fireclay_cpp
 
@@ -64,8 +82,7 @@ def _for_gpu(scheduled: Any, example_inputs: list, options: dict[str, Any], prog
     (``config.background_compile``, not under CUDA graphs, which must record compiled kernels),
     the kernels compile in the background while the program runs in the interpreter
     (fireclay.tiered)."""
-    import fireclay_triton
-
+    fireclay_triton = gpu_code_generator()
     cfg = dataclasses.replace(fireclay_triton.config, cache_dir=config.cache_dir)
     kwargs: dict[str, Any] = {}
     if options.get("max_autotune"):
@@ -85,6 +102,23 @@ def _for_gpu(scheduled: Any, example_inputs: list, options: dict[str, Any], prog
         else:
             compiled = cudagraphify(compiled, list(example_inputs))
     return compiled
+
+
+class CudaSupportMissing(ImportError):
+    """A graph on CUDA tensors, and no fireclay-triton (or triton) installed."""
+
+
+def gpu_code_generator() -> Any:
+    """fireclay-triton, or an error saying how to install it: it is the umbrella's ``cuda`` extra,
+    so a CPU-only install has neither it nor triton."""
+    try:
+        import fireclay_triton
+    except ImportError as exc:
+        raise CudaSupportMissing(
+            f"this graph runs on CUDA tensors, which fireclay compiles with fireclay-triton, and it cannot be "
+            f"imported ({exc}); install the CUDA extra: pip install 'fireclay[cuda]' (from a clone: pip install "
+            "./packages/fireclay-triton)") from exc
+    return fireclay_triton
 
 
 def _prewarm_gpu_compiler() -> None:
@@ -110,18 +144,20 @@ _noted: set[str] = set()
 
 
 def _note_once(topic: str, message: str) -> None:
-    """Log ``message`` at INFO the first time ``topic`` comes up in this process."""
+    """Log ``message`` at INFO on ``fireclay.perf_hints`` the first time ``topic`` comes up in
+    this process."""
     if topic not in _noted:
         _noted.add(topic)
-        log.info(message)
+        stages.hints_log.info(message)
 
 
 def _codegen_or_interpreter(program: Program, example_inputs: list, options: dict[str, Any] | None = None,
-                            artifacts: AutogradArtifactCache | None = None) -> Compiled:
+                            artifacts: AutogradArtifactCache | None = None,
+                            record: stages.GraphRecord | None = None) -> Compiled:
     """Code generation for one aten graph; if it fails, that graph runs in the interpreter (a
     warning says why), so a gap in code generation costs speed, never a wrong answer."""
     try:
-        return _codegen_compiler(program, example_inputs, options, artifacts)
+        return _codegen_compiler(program, example_inputs, options, artifacts, record=record)
     except Exception as exc:
         first = str(exc).splitlines()[0] if str(exc) else ""
         log.warning("fireclay: code generation failed for an aten graph (%s: %s); running it in the "
@@ -137,7 +173,12 @@ def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | N
     (``config.background_compile``; fireclay.tiered)."""
     if _targets_gpu(example_inputs):
         _prewarm_gpu_compiler()
-    artifacts = AutogradArtifactCache(program, example_inputs)
-    codegen = functools.partial(_codegen_or_interpreter, options=dict(options or {}), artifacts=artifacts)
+    stages.forget_unfinished()
+    record = stages.new_graph(program, first_source(program))
+    stages.write_program(record, "captured", program)
+    # The autograd stage traces at the first call; the artifact cache times it (stage_times).
+    artifacts = AutogradArtifactCache(program, example_inputs, record=record)
+    codegen = functools.partial(_codegen_or_interpreter, options=dict(options or {}), artifacts=artifacts,
+                                record=record)
     return compile_program(program, example_inputs, fw_compiler=codegen, bw_compiler=codegen,
                            artifact_cache=artifacts)

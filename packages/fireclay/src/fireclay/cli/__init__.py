@@ -1,11 +1,14 @@
 """The ``fireclay`` command: run one stage on a saved program, inspect it, or write a report.
 
+    fireclay capture SCRIPT.py:FN -o OUT --example-inputs SPEC ...
+                                             capture FN into a torch-dialect program
     fireclay show FILE                       the program's text form
     fireclay run FILE [--inputs SPEC ...]    run it in the reference interpreter
+    fireclay run DIR [--inputs SPEC ...]     run a folder written by `fireclay cpp|triton`
     fireclay autograd IN -o OUT [--train]    torch dialect -> aten (see below for --train)
     fireclay loops IN -o OUT                 aten -> loops dialect (scheduled and fused)
-    fireclay cpp IN -o DIR                   aten or loops -> C++ kernels + wrapper in DIR
-    fireclay triton IN -o DIR                aten or loops -> Triton kernels + wrapper in DIR
+    fireclay cpp IN -o DIR                   aten or loops -> C++ kernels + wrapper in DIR (runnable)
+    fireclay triton IN -o DIR                aten or loops -> Triton kernels + wrapper in DIR (runnable)
     fireclay report SCRIPT.py|FILE -o HTML   a self-contained HTML compile report
 
 Files are fireclay-ir documents (``*.fcir.json``, weights beside them in ``*.fcir.safetensors``).
@@ -24,14 +27,16 @@ import os
 import sys
 from collections.abc import Sequence
 
-from fireclay.cli.inputs import InputSpecError
-
 EXIT_USAGE = 2  # the user can fix it: a file, a spec, an argument
 EXIT_FAILURE = 1  # a stage failed
 
 
 class CLIError(Exception):
     """A problem the user can fix; printed as one line, exit status 2."""
+
+
+class InputSpecError(ValueError):
+    """A malformed ``--inputs`` item; the message says what is expected."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,12 +57,23 @@ def build_parser() -> argparse.ArgumentParser:
                             "default: random tensors of the program's input types")
         p.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
 
+    p = sub.add_parser("capture", help="capture a function of a script into a torch-dialect program")
+    p.add_argument("target", metavar="SCRIPT.py:FUNCTION",
+                   help="a function, an nn.Module instance, or an nn.Module class taking no arguments, "
+                        "named at the top level of the script (the script runs with __name__ != '__main__')")
+    p.add_argument("-o", "--output", help="the program file (default: FUNCTION.fcir.json)")
+    p.add_argument("--example-inputs", nargs="*", default=[], metavar="SPEC",
+                   help="one per argument, as --inputs of `fireclay run`: randn:2x3:float32, int:3, x.safetensors")
+    p.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
+    p.add_argument("--dynamic", action="store_true", help="capture every size symbolic")
+
     p = sub.add_parser("show", help="print a program's text form")
     p.add_argument("file")
     p.add_argument("--verify", action="store_true", help="also run the verifier")
 
-    p = sub.add_parser("run", help="run a program in the reference interpreter")
-    p.add_argument("file")
+    p = sub.add_parser("run", help="run a program in the reference interpreter, or a folder written by "
+                                   "`fireclay cpp|triton` through its code generator")
+    p.add_argument("file", metavar="FILE_OR_DIR")
     with_inputs(p)
     p.add_argument("--print-values", action="store_true", help="print every output value")
     p.add_argument("--save-outputs", metavar="PATH", help="write the outputs to a .safetensors file (out0, out1, ...)")

@@ -23,6 +23,10 @@ def load_program(path: str) -> ir.Program:
     try:
         return ir.load(path)
     except ir.FormatError as e:
+        if "dialect 'loops' is not registered" in str(e):
+            import fireclay_loops  # noqa: F401  (registers the loops dialect; then the file reads)
+
+            return load_program(path)
         raise CLIError(f"{path} is not a readable fireclay-ir file: {e}") from None
 
 
@@ -63,7 +67,17 @@ def _import_dialects(program: ir.Program) -> None:
         import fireclay_loops  # noqa: F401
 
 
+def cmd_capture(args: argparse.Namespace) -> int:
+    from fireclay.cli.folders import capture_target
+
+    return capture_target(args)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    if os.path.isdir(args.file):  # a folder of generated code (fireclay.cli.folders)
+        from fireclay.cli.folders import run_folder
+
+        return run_folder(args)
     program = load_program(args.file)
     _import_dialects(program)
     if "loops" in dialects_of(program):
@@ -133,28 +147,19 @@ def cmd_loops(args: argparse.Namespace) -> int:
 
 
 def _codegen(args: argparse.Namespace, backend: str) -> int:
-    import importlib
+    from fireclay.cli.folders import write_folder
 
     program = load_program(args.file)
-    dialect = _require(program, args.file, {"aten", "loops"}, backend,
-                       "Run `fireclay autograd` on a torch-dialect program first.")
-    package = importlib.import_module(f"fireclay_{backend}")
-    compile_program = getattr(package, "compile_program", None)
-    if compile_program is None:
-        raise CLIError(f"this version of fireclay-{backend} has no compile_program; cannot generate code yet")
-    if dialect == "loops":
-        from fireclay_loops import from_program
-
-        program = from_program(program)
+    _require(program, args.file, {"aten", "loops"}, backend, "Run `fireclay autograd` on a torch-dialect program first.")
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise CLIError(f"{args.output} exists and is not a folder")
+    _import_dialects(program)
     start = time.perf_counter()
-    compiled = compile_program(program)
+    paths = write_folder(program, backend, args.output)
     elapsed = time.perf_counter() - start
-    if not hasattr(compiled, "dump"):
-        raise CLIError(f"this version of fireclay-{backend} cannot write its generated source to a folder")
-    os.makedirs(args.output, exist_ok=True)
-    for path in compiled.dump(args.output):
+    for path in paths:
         print(f"wrote {path}")
-    print(f"{backend} took {elapsed * 1e3:.1f} ms")
+    print(f"{backend} took {elapsed * 1e3:.1f} ms; run it with: fireclay run {args.output}")
     return 0
 
 

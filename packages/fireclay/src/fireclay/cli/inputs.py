@@ -27,8 +27,7 @@ GENERATORS = ("randn", "rand", "zeros", "ones", "randint")
 SCALARS = ("int", "float", "bool")
 
 
-class InputSpecError(ValueError):
-    """A malformed ``--inputs`` item; the message says what is expected."""
+from fireclay.cli import InputSpecError  # noqa: E402  (defined without torch, for the CLI's errors)
 
 
 def _shape(text: str, spec: str) -> tuple[int, ...]:
