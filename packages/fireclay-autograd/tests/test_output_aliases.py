@@ -102,3 +102,43 @@ def test_gradients_through_a_view_output_and_its_base():
     ye, rowe = fn(b)
     (ye.sum() * 2 + rowe.pow(2).sum()).backward()
     torch.testing.assert_close(a.grad, b.grad)
+
+
+# Tensors made from Python data while tracing (`new_tensor`, `torch.tensor`) become constants that
+# the runtime supplies after the caller's inputs. Eager makes a fresh one on every call, so an
+# output that is or views one is a fresh tensor, and a constant mutated in place starts over.
+def returns_constant_and_its_view(a):
+    c = a.new_tensor([1.0, 2.0, 3.0])
+    return a * 2, c, c[1:]
+
+
+def returns_view_of_constant_only(a):
+    c = a.new_tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    return c.t(), a + c[0]
+
+
+def mutates_a_constant(a):
+    c = a.new_tensor([1.0, 2.0, 3.0])
+    c.add_(a.detach().sum())
+    return a * c, c
+
+
+CONSTANT_CASES = [returns_constant_and_its_view, returns_view_of_constant_only, mutates_a_constant]
+
+
+@pytest.mark.parametrize("grad", [False, True], ids=["inference", "training"])
+@pytest.mark.parametrize("fn", CONSTANT_CASES, ids=[c.__name__ for c in CONSTANT_CASES])
+def test_outputs_from_constants_are_fresh_on_every_call(fn, grad):
+    torch.manual_seed(0)
+    a = torch.randn(3, requires_grad=grad)
+    compiled = compile_program(program_from(fn, clone_inputs([a])), clone_inputs([a]))
+    for _ in range(3):
+        x = torch.randn(3, requires_grad=grad)
+        with torch.set_grad_enabled(grad):
+            got, want = compiled(x), fn(x)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+        with torch.no_grad():  # the user owns what was returned: writing to it changes no later call
+            for g in got:
+                if not g.requires_grad:
+                    g.fill_(-1.0)

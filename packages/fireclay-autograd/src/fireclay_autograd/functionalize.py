@@ -360,7 +360,12 @@ class _Functionalizer:
         extra_bases: list[Value] = []
         for i, out in enumerate(outputs):
             entry = self.env.get(out) if isinstance(out, Value) else None
-            if isinstance(entry, _Alias):
+            if isinstance(entry, _Alias) and i < n_user and self._is_constant(entry.base):
+                # A lifted constant is a fresh tensor on every eager call (`torch.tensor(...)`):
+                # the user gets a copy, never a view of the one the compiled program keeps.
+                new_outputs.append(self.emit1("aten::clone.default", self.read(entry)))
+                aliases.append(None)
+            elif isinstance(entry, _Alias):
                 new_outputs.append(self.read(entry))
                 alias = None
                 if i < n_user and entry.base.input_index is not None:
@@ -384,11 +389,16 @@ class _Functionalizer:
                 if entry.chain:
                     raise IRError(f"input %{v.name} had its shape or strides changed in place "
                                   f"(e.g. by t_()); that is not supported")
-                if entry.base.version > 0:
+                if entry.base.version > 0 and not self._is_constant(entry.base):
+                    # (a mutated constant is not written back: the next call starts from a fresh one)
                     mutated.append(entry.base.input_index)
                     new_outputs.insert(n_user + len(mutated) - 1, entry.base.current)
         self.graph.set_outputs(new_outputs + extra_bases)
         return FunctionalGraph(self.graph, n_user, mutated, aliases[:n_user], len(extra_bases))
+
+    def _is_constant(self, base: _Base) -> bool:
+        """Whether ``base`` is a lifted constant (a graph input the runtime supplies itself)."""
+        return base.input_index is not None and self.source.input_specs[base.input_index].kind == "constant"
 
     def _shared_bases(self, outputs: list[Any]) -> set[_Base]:
         count: dict[_Base, int] = {}

@@ -195,8 +195,9 @@ class _CValues:
 
     def masked_load(self, buf, index, mask):
         if buf in self.gen.local:
+            # (the stored value by its own name: a float32 store keeps the value itself, no copy)
             store = self.gen.internal_store(buf)
-            return self._val(f"{mask.name} ? int_{buf} : {store.ctype}(0)", store.ctype, [store, mask])
+            return self._val(f"{mask.name} ? {store.name} : {store.ctype}(0)", store.ctype, [store, mask])
         text, deps = self._index(index)
         dtype = self.gen.buffer_dtype(buf)
         self.gen.use_buffer(buf, write=False)
