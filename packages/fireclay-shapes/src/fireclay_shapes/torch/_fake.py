@@ -176,6 +176,8 @@ def _mode_of(args, kwargs) -> FakeMode:
 # Ops whose output lives on the device named by their arguments, not on their inputs' device.
 _COPY_OPS = {aten._to_copy.default, aten.copy_.default, aten.copy.default, aten._copy_from.default,
              aten._copy_from_and_resize.default}
+# Indexing takes index tensors on the CPU for a tensor on any device (eager moves them).
+_INDEX_OPS = {"index", "_unsafe_index"}
 
 
 class FakeMode(CompilerDispatchMode):
@@ -451,6 +453,8 @@ def _output_device(func, fakes: list[FakeTensor], kwargs) -> torch.device:
         return fakes[0].device
     if not fakes:
         return torch.get_default_device() if _takes_device(func) else torch.device("cpu")
+    if func.__name__.split(".")[0] in _INDEX_OPS:
+        fakes = [fakes[0], *(t for t in fakes[1:] if not _cpu_index(t))]
     devices = [t.device for t in fakes]
     first_non_cpu = next((d for d in devices if d.type != "cpu"), None)
     if first_non_cpu is None:
@@ -465,6 +469,10 @@ def _output_device(func, fakes: list[FakeTensor], kwargs) -> torch.device:
             f"Expected all tensors to be on the same device, but found at least two devices, "
             f"{first_non_cpu} and {d}! (in {func}, on fireclay fake tensors)")
     return first_non_cpu
+
+
+def _cpu_index(t: FakeTensor) -> bool:
+    return t.device.type == "cpu" and (t.dtype in (torch.int64, torch.int32, torch.bool, torch.uint8))
 
 
 def _empty_meta(sizes, strides, offset, dtype) -> torch.Tensor:
