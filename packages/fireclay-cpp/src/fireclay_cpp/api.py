@@ -61,7 +61,7 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
     externs = ExternCalls(runtime.returns_one_tensor, runtime.linear_out() is not None, cfg.resolved_keep_arena_bytes(),
                           runtime.may_alias_argument)
     wrapper = generate_wrapper(scheduled, {k.name: (k.buffers, k.symbols) for k in kernels}, library_of,
-                               runtime.out_argument, externs)
+                               runtime.out_argument, externs, {k.name: k.checks for k in kernels if k.checks})
     sources = [PRELUDE + simd_reductions([t for k in group for t in k.accumulators]) + "\n"
                + "\n".join(k.source for k in group) + "\n"
                + "".join(r.source for r in wrapper.runs if r.library == i) for i, group in enumerate(groups)]
@@ -70,9 +70,9 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
                                  "view": runtime.view, "conform": runtime.conform,
                                  "tensor_types": (torch.Tensor, torch.nn.Parameter),
                                  "get_num_threads": torch.get_num_threads, "linear": runtime.linear_out(),
-                                 "workspaces": []}
+                                 "workspaces": [], "raise_check_failure": runtime.raise_check_failure}
     for run in wrapper.runs:
-        namespace[run.name] = runtime.bind_run(libraries[run.library].handle, run.name)
+        namespace[run.name] = runtime.bind_run(libraries[run.library].handle, run.name, run.checks)
         namespace["pack" + run.name] = ctypes.c_int64 * run.slots
     for var, op in wrapper.namespace_ops.items():
         namespace[var] = runtime.extern_op(op)

@@ -262,6 +262,21 @@ class _CValues:
         self.gen.indirect[name] = val
         return None
 
+    # checks: a failure is recorded in the run's error slot `fc_err` (see the prelude)
+    def check_bounds(self, value, size, negative, site, mask=None):
+        n, deps = self._index(size)
+        live = [mask] if mask is not None else []
+        k = self.gen.add_check("check_bounds", site)
+        expr = (f"fc_check_bounds({value.name}, {f'-({n})' if negative else '0'}, {n}, "
+                f"{mask.name if live else 'true'}, {k}, fc_err)")
+        return self._val(expr, "int64_t", [value] + deps + live)
+
+    def check_nonzero(self, value, site, mask=None):
+        live = [mask] if mask is not None else []
+        k = self.gen.add_check("check_nonzero", site)
+        return self._val(f"fc_check_nonzero<{value.ctype}>({value.name}, {mask.name if live else 'true'}, {k}, fc_err)",
+                         value.ctype, [value] + live)
+
     def reduction(self, dtype, src_dtype, reduction_type, value):
         t = ctype(src_dtype if reduction_type in ("argmax", "argmin", "any", "all") else dtype)
         acc = _Acc(self.gen.fresh("acc"), f"fc_{reduction_type}_acc<{t}>")
@@ -347,6 +362,7 @@ class KernelSource:
     buffers: list[str]  # data pointers, in this order
     symbols: list[str]  # then int64_t sizes, in this order
     accumulators: list[str]  # accumulator types it uses: they need `omp declare reduction`s
+    checks: list = field(default_factory=list)  # its CheckSites: it then takes the run's error slot last
 
 
 def simd_reductions(types: list[str]) -> str:
@@ -670,9 +686,10 @@ class _KernelGen(KernelGenState):
             const = "" if self.buffers[b] else "const "
             params.append(f"{const}{storage_type(self.buffer_dtype(b))}* __restrict__ {b}")
         params += [f"const int64_t {s}" for s in symbols]
+        params += ["int64_t* fc_err"] if self.checks else []
         out = [f'extern "C" void {k.name}({", ".join(params)}) {{'] + _indent(body) + ["}"]
         return KernelSource(k.name, "\n".join(out) + "\n", buffers, symbols,
-                            sorted({a.decl_type for a in self.accumulators}))
+                            sorted({a.decl_type for a in self.accumulators}), checks=list(self.checks))
 
     def _function(self, xs, rs, lines, split, inner: list[str] | None = None) -> KernelSource:
         k = self.kernel

@@ -121,6 +121,27 @@ template <typename T> static inline T fc_minimum(T a, T b) {
   if constexpr (fc_is_float<T>::value) { T m = a <= b ? a : b; return a != a ? a : m; }
   return a < b ? a : b;
 }
+// Kernel checks (fireclay-loops' ops.check_bounds / check_nonzero): a failed check records
+// itself in the run's error slot `err` = {site + 1, value, bound} (the first failure wins, from
+// any thread) and gives a value that is safe to go on with; the run stops after the kernel and
+// the wrapper raises. Nothing throws inside an OpenMP region.
+__attribute__((noinline, cold)) static void fc_check_failed(int64_t* err, int64_t site, int64_t value,
+                                                            int64_t bound) {
+  int64_t none = 0;
+  if (__atomic_compare_exchange_n(&err[0], &none, site + 1, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    err[1] = value;
+    err[2] = bound;
+  }
+}
+static inline int64_t fc_check_bounds(int64_t v, int64_t lo, int64_t n, bool live, int64_t site, int64_t* err) {
+  if (__builtin_expect(live && (v < lo || v >= n), 0)) { fc_check_failed(err, site, v, n); return 0; }
+  return v;
+}
+template <typename T> static inline T fc_check_nonzero(T v, bool live, int64_t site, int64_t* err) {
+  if (__builtin_expect(live && v == 0, 0)) fc_check_failed(err, site, 0, 0);
+  return v;
+}
+
 template <typename T> static inline T fc_floordiv_v(T a, T b) {
   if constexpr (fc_is_float<T>::value) { return fc_floor(a / b); }
   else { return b == 0 ? T(0) : (T)fc_floordiv((int64_t)a, (int64_t)b); }  // eager raises; never trap

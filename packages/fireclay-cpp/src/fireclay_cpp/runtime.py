@@ -110,11 +110,20 @@ def linear_out() -> Callable | None:
     return _LINEAR_OUT[0]
 
 
-def bind_run(lib: ctypes.CDLL, name: str) -> Callable:
+def bind_run(lib: ctypes.CDLL, name: str, checks: bool = False) -> Callable:
+    """A run's entry; one whose kernels check returns nonzero when a check failed."""
     fn = getattr(lib, name)
     fn.argtypes = [ctypes.c_void_p]
-    fn.restype = None
+    fn.restype = ctypes.c_int if checks else None
     return fn
+
+
+def raise_check_failure(args: Any, at: int, sites: tuple) -> None:
+    """Raise what a run's failed check means: ``args[at:at + 4]`` is the run's error slot (the
+    kernel's position in the run, its check's number + 1, the value and the bound seen);
+    ``sites[position][number]`` the CheckSite."""
+    position, number, value, bound = args[at], args[at + 1] - 1, args[at + 2], args[at + 3]
+    raise sites[position][number].error(value, bound)
 
 
 def bind_kernel(lib: ctypes.CDLL, name: str, buffers: int, symbols: int) -> Callable:

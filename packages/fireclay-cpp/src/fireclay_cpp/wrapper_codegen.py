@@ -48,6 +48,7 @@ class RunSource:
     kernels: list[str]
     source: str
     slots: int  # entries of its int64 argument array
+    checks: bool = False  # its kernels check (fireclay-loops' ops.check_*): it returns nonzero on a failure
 
 
 class WrapperSource(WrapperText):
@@ -86,8 +87,10 @@ def pack_arena(sizes: dict[str, int], lifetimes: dict[str, tuple[int, int]]) -> 
 
 class _Gen:
     def __init__(self, scheduled: ScheduledProgram, kernel_args: dict[str, tuple[list[str], list[str]]],
-                 library_of: dict[str, int], has_out: Any, externs: ExternCalls):
+                 library_of: dict[str, int], has_out: Any, externs: ExternCalls,
+                 kernel_checks: dict[str, list] | None = None):
         self.scheduled = scheduled
+        self.kernel_checks = kernel_checks or {}  # kernel -> its CheckSites
         self.externs = externs
         self.prog = scheduled.program
         self.plan = scheduled.plan
@@ -371,7 +374,8 @@ class _Gen:
             return slots.index(expr)
 
         calls = []
-        for j in run:
+        sites = [self.kernel_checks.get(steps[j].name, []) for j in run]
+        for position, j in enumerate(run):
             kernel = steps[j]
             buffers, symbols = self.kernel_args[kernel.name]
             args = []
@@ -382,17 +386,35 @@ class _Gen:
                 else:
                     args.append(f"({t}*)fc_args[{slot(self._pointer(b))}]")
             args += [f"fc_args[{slot(s)}]" for s in symbols]
-            calls.append(f"  {kernel.name}({', '.join(args)});")
+            if not sites[position]:
+                calls.append(f"  {kernel.name}({', '.join(args)});")
+                continue
+            # a failed check stops the run here: the error slot names the kernel, the wrapper raises
+            calls.append(f"  {kernel.name}({', '.join(args + ['fc_err + 1'])});")
+            calls.append(f"  if (fc_err[1]) {{ fc_err[0] = {position}; return 1; }}")
         threads = slot("nthreads")
-        head = [f'extern "C" void run{len(w.runs)}(const int64_t* fc_args) {{',
-                f"  fc_set_threads(fc_args[{threads}]);"]
+        checks = any(sites)
+        name = f"run{len(w.runs)}"
+        if checks:
+            head = [f'extern "C" int {name}(int64_t* fc_args) {{',
+                    f"  int64_t* fc_err = fc_args + {len(slots)};  // (the last 4 slots, zero: see the prelude)"]
+        else:
+            head = [f'extern "C" void {name}(const int64_t* fc_args) {{']
+        head.append(f"  fc_set_threads(fc_args[{threads}]);")
         if w.arena_bytes and any("fc_arena" in c for c in calls):
             head.append(f"  char* fc_arena = (char*)fc_args[{slot('arena_ptr')}];")
-        name = f"run{len(w.runs)}"
         kernels = [steps[j].name for j in run]
-        source = "\n".join(head + calls + ["}"]) + "\n"
-        w.runs.append(RunSource(name, lib, kernels, source, len(slots)))
-        w.line(f"{name}(pack{name}({', '.join(slots)}))  # {', '.join(kernels)}")
+        source = "\n".join(head + calls + (["  return 0;"] if checks else []) + ["}"]) + "\n"
+        if not checks:
+            w.runs.append(RunSource(name, lib, kernels, source, len(slots)))
+            w.line(f"{name}(pack{name}({', '.join(slots)}))  # {', '.join(kernels)}")
+            return
+        # the error slot follows the arguments: the kernel's position in the run, then the site, the
+        # value and the bound the failing check saw (ctypes arrays start zeroed)
+        w.runs.append(RunSource(name, lib, kernels, source, len(slots) + 4, checks=True))
+        w.line(f"fc_args = pack{name}({', '.join(slots)})  # {', '.join(kernels)}")
+        w.line(f"if {name}(fc_args):")
+        w.line(f"raise_check_failure(fc_args, {len(slots)}, {w.constant(tuple(tuple(s) for s in sites))})", 2)
 
     def _pointer(self, b: str) -> str:
         if b in self.in_mems:
@@ -430,10 +452,12 @@ class ExternCalls:
 
 def generate_wrapper(scheduled: ScheduledProgram, kernel_args: dict[str, tuple[list[str], list[str]]],
                      library_of: dict[str, int] | None = None, has_out: Any = None,
-                     externs: ExternCalls | None = None) -> WrapperSource:
+                     externs: ExternCalls | None = None, kernel_checks: dict[str, list] | None = None) -> WrapperSource:
     """``kernel_args`` maps each kernel to its (buffer, symbol) arguments, in order;
     ``library_of`` each kernel to the library holding it (default: all in one); ``has_out`` an
-    aten op name to the name of its single ``out=`` argument, or None where it has none."""
+    aten op name to the name of its single ``out=`` argument, or None where it has none;
+    ``kernel_checks`` a kernel to its CheckSites (a kernel with checks takes the error slot)."""
     library_of = library_of or {k: 0 for k in kernel_args}
-    return _Gen(scheduled, kernel_args, library_of, has_out or (lambda op: None), externs or ExternCalls()).generate()
+    return _Gen(scheduled, kernel_args, library_of, has_out or (lambda op: None), externs or ExternCalls(),
+                kernel_checks).generate()
 

@@ -30,7 +30,13 @@ from fireclay_loops.config import Config, config  # noqa: E402
 from fireclay_loops.dialect import from_program, register, to_program  # noqa: E402
 
 register()  # the loops dialect, so that fireclay-ir can verify and load loops programs
-from fireclay_loops.errors import LoweringError, SchedulingError  # noqa: E402
+from fireclay_loops.errors import (  # noqa: E402
+    IndexOutOfBounds,
+    IntegerDivisionByZero,
+    LoweringError,
+    SchedulingError,
+    check_failure,
+)
 from fireclay_loops.ir import (  # noqa: E402
     Buffer,
     ComputeNode,
@@ -54,7 +60,7 @@ from fireclay_loops.verify import verify_schedule  # noqa: E402
 
 __all__ = [
     "BodyRecorder", "BodyValue", "Buffer", "Config", "config", "from_program", "to_program", "verify_schedule", "ComputeNode", "Constant", "Decision", "ExternNode",
-    "InputBufferNode", "Kernel", "KernelNode", "LoopBody", "LoopNode", "LoopProgram", "LoweringError",
+    "IndexOutOfBounds", "InputBufferNode", "IntegerDivisionByZero", "check_failure", "Kernel", "KernelNode", "LoopBody", "LoopNode", "LoopProgram", "LoweringError",
     "MemoryPlan", "OutputBufferNode", "Report", "ScheduledProgram", "SchedulingError", "TensorArg",
     "format_loop_program", "format_schedule", "lower", "ops", "record_body", "register_lowering",
     "schedule", "use_handler",

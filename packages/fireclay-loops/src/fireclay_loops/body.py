@@ -149,6 +149,14 @@ class BodyRecorder:
         self._var_sizes[name] = exprs.as_expr(size)  # lowerings guarantee 0 <= value < size
         return exprs.symbol(name)
 
+    def check_bounds(self, value: BodyValue, size, negative: bool, site: str,
+                     mask: BodyValue | None = None) -> BodyValue:
+        self._dtype(value)
+        return self._add("check_bounds", (value, exprs.as_expr(size), bool(negative), str(site), mask), "int64")
+
+    def check_nonzero(self, value: BodyValue, site: str, mask: BodyValue | None = None) -> BodyValue:
+        return self._add("check_nonzero", (value, str(site), mask), self._dtype(value))
+
     def reduction(self, dtype: str, src_dtype: str, reduction_type: str, value: BodyValue) -> BodyValue:
         if reduction_type not in REDUCTION_TYPES:
             raise ValueError(f"unknown reduction type {reduction_type!r}")

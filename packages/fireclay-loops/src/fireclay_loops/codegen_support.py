@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
 
+from fireclay_loops.errors import check_failure
 from fireclay_loops.ir import ExternNode, LoopProgram, TensorArg
 from fireclay_loops.lowering.context import lower
 from fireclay_loops.report import ScheduledProgram
@@ -149,6 +151,18 @@ class WrapperText:
         return "\n".join(self.lines) + "\n"
 
 
+@dataclass(frozen=True)
+class CheckSite:
+    """One check a generated kernel makes: the op (``check_bounds``, ``check_nonzero``) and
+    what it guards, in the user's terms; :meth:`error` is what a failure raises."""
+
+    op: str
+    site: str
+
+    def error(self, value: Any = None, size: Any = None) -> Exception:
+        return check_failure(self.op, self.site, value, size)
+
+
 class KernelGenState:
     """What a kernel generator tracks about the kernel it writes, whatever its target: the
     buffers it touches (and whether it writes them), the size symbols and indirect index values
@@ -162,6 +176,13 @@ class KernelGenState:
         self.counter = 0
         self.sizes = {v.name: s for v, s in zip(kernel.xvars + kernel.rvars, kernel.xsizes + kernel.rsizes)}
         self.rnames = {v.name for v in kernel.rvars}
+        self.checks: list[CheckSite] = []  # the kernel's ops.check_* sites, by their number
+
+    def add_check(self, op: str, site: str) -> int:
+        """Number a check of the kernel (``op``: ``check_bounds`` or ``check_nonzero``); the
+        generated code reports a failure by this number, the wrapper raises from :attr:`checks`."""
+        self.checks.append(CheckSite(op=op, site=site))
+        return len(self.checks) - 1
 
     def fresh(self, prefix: str) -> str:
         self.counter += 1

@@ -20,7 +20,23 @@ variable                           meaning                                      
 ``FIRECLAY_LOOPS_SPLIT_REDUCE``    device types whose schedules keep            cuda
                                    reductions with few outputs splittable over
                                    programs (:mod:`.long_reductions`)
+``FIRECLAY_LOOPS_KERNEL_CHECKS``   check in generated kernels what eager         1
+                                   raises on: indices read from tensors
+                                   (gather, index_select, embedding, ``x[idx]``)
+                                   within their dimension, and integer ``//``,
+                                   ``%``, ``fmod``, ``div(rounding_mode=)`` by
+                                   zero on the CPU (0 turns the checks off)
 =================================  ============================================  =======
+
+``kernel_checks``: with the checks on, an out-of-range index raises
+:class:`~fireclay_loops.errors.IndexOutOfBounds` (an ``IndexError`` and a ``RuntimeError``: eager
+raises one or the other depending on the op) and an integer division by zero on the CPU raises
+:class:`~fireclay_loops.errors.IntegerDivisionByZero` (a ``RuntimeError`` whose message starts
+``ZeroDivisionError``, as eager's); fireclay-cpp raises once the kernel returns, fireclay-triton
+asserts on the device (``tl.device_assert``, as eager's CUDA kernels do; CUDA's integer division
+by zero does not raise in eager, so it is not checked there). With the checks off, such an
+index reads whatever memory it points at (or crashes the process) and a division by zero gives 0:
+turn them off only for inputs you trust. What they cost is measured in docs/status.md.
 
 ``channels_last`` names device types, not devices: ``cpu``, ``cuda``. On the CPU, oneDNN runs
 convolutions on channels-last tensors without reordering them on every call, and on CUDA cuDNN
@@ -69,6 +85,7 @@ class Config:
     channels_last: tuple[str, ...] = ("cpu", "cuda")
     unfuse_addmm_bias: tuple[str, ...] = ("cuda",)
     split_reductions: tuple[str, ...] = ("cuda",)
+    kernel_checks: bool = True
 
     @classmethod
     def from_env(cls) -> Config:
@@ -82,6 +99,7 @@ class Config:
             channels_last=_env_devices("FIRECLAY_LOOPS_CHANNELS_LAST", ("cpu", "cuda")),
             unfuse_addmm_bias=_env_devices("FIRECLAY_LOOPS_UNFUSE_ADDMM", ("cuda",)),
             split_reductions=_env_devices("FIRECLAY_LOOPS_SPLIT_REDUCE", ("cuda",)),
+            kernel_checks=bool(_env_int("FIRECLAY_LOOPS_KERNEL_CHECKS", 1)),
         )
 
 

@@ -39,7 +39,7 @@ from fireclay_loops.ir import (
     TensorArg,
 )
 from fireclay_loops.kernel import Kernel, KernelNode
-from fireclay_loops.ops import MATH_OPS, OPS
+from fireclay_loops.ops import CHECK_OPS, MATH_OPS, OPS
 from fireclay_loops.report import ScheduledProgram
 
 DIALECT_VERSION = "1"
@@ -91,7 +91,8 @@ def register() -> None:
         d.register(OpDef(dialect="loops", name=name, doc=doc, side_effects=name in _WRITES))
     for name in OPS:
         doc = f"loop-body op ops.{name}" + (f" ({MATH_OPS[name]} operands)" if name in MATH_OPS else "")
-        d.register(OpDef(dialect="loops", name=name, doc=doc, side_effects=name in _WRITES,
+        # (a check raises: it is an effect, though its value is the value checked)
+        d.register(OpDef(dialect="loops", name=name, doc=doc, side_effects=name in _WRITES or name in CHECK_OPS,
                          nondeterministic=name == "random"))
     register_dialect(d)
 

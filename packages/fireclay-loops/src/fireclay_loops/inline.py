@@ -92,9 +92,19 @@ class _Replay:
         return self.recorder.load(buf, index)
 
     def masked_load(self, buf: str, index, mask) -> Any:
-        if self.mask is not None:
-            mask = self.recorder.logical_and(self.mask, mask)
-        return self.recorder.masked_load(buf, index, mask)
+        return self.recorder.masked_load(buf, index, self._masked(mask))
+
+    def _masked(self, mask: Any) -> Any:
+        if self.mask is None or mask is None:
+            return self.mask if mask is None else mask
+        return self.recorder.logical_and(self.mask, mask)
+
+    # (the producer's loads read 0 where the consumer's mask is false: checks skip those points)
+    def check_bounds(self, value, size, negative, site, mask=None) -> Any:
+        return self.recorder.check_bounds(value, size, negative, site, self._masked(mask))
+
+    def check_nonzero(self, value, site, mask=None) -> Any:
+        return self.recorder.check_nonzero(value, site, self._masked(mask))
 
     def indirect_indexing(self, value, size, name: str) -> sympy.Symbol:
         # Each inlined copy gets its own symbol; later index expressions of the copy use it.

@@ -17,7 +17,16 @@ Vocabulary (the closed set; :data:`OPS` is the table):
   Philox4x32-10 keyed by ``seed`` at counter ``offset``, float32);
 * indirection: ``indirect_indexing(value, size)`` turns a loaded integer into a symbol
   (``ind3``) that later index expressions may use (gather, embedding, advanced indexing); the
-  value must already be in ``[0, size)``;
+  value must already be in ``[0, size)`` (a lowering checks it first);
+* checks, for what eager raises on (each returns its ``value``, and generated code never reads
+  memory at a value that failed): ``check_bounds(value, size, negative, site, mask)`` asserts
+  ``0 <= value < size`` (``-size <= value < size`` when ``negative``: the op counts negative
+  indices from the end), ``check_nonzero(value, site, mask)`` that an integer divisor is not 0.
+  ``site`` says what is checked, for the error (``dimension 0 of embedding at model.py:12:
+  ...``); points where ``mask`` (a bool value, or None) is false are not checked. A failure
+  raises :class:`~fireclay_loops.errors.IndexOutOfBounds` or
+  :class:`~fireclay_loops.errors.IntegerDivisionByZero` (fireclay-cpp, once the kernel returns)
+  or is a device-side assert (fireclay-triton); ``config.kernel_checks`` off emits none;
 * reduction: ``reduction(dtype, src_dtype, reduction_type, value)`` over all reduction variables,
   ``getitem(value, i)`` for the parts of a multi-part result (welford: mean, m2, count);
 * math: the unary, binary and ternary ops of :data:`MATH_OPS`.
@@ -49,7 +58,8 @@ REDUCTION_TYPES = ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin"
 
 MEMORY_OPS = ("load", "masked_load", "store", "store_reduction")
 VALUE_OPS = ("constant", "index_expr", "to_dtype", "random", "indirect_indexing", "reduction", "getitem")
-OPS: tuple[str, ...] = MEMORY_OPS + VALUE_OPS + tuple(MATH_OPS)
+CHECK_OPS = ("check_bounds", "check_nonzero")
+OPS: tuple[str, ...] = MEMORY_OPS + VALUE_OPS + CHECK_OPS + tuple(MATH_OPS)
 
 _state = threading.local()
 

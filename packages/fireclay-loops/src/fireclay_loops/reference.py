@@ -19,7 +19,7 @@ import sympy
 import torch
 
 from fireclay_loops import exprs
-from fireclay_loops.errors import SchedulingError
+from fireclay_loops.errors import SchedulingError, check_failure
 from fireclay_loops.ir import Constant, ExternNode, LoopProgram, TensorArg
 from fireclay_loops.kernel import Kernel
 from fireclay_loops.report import ScheduledProgram
@@ -149,6 +149,23 @@ class _NodeHandler:
     def indirect_indexing(self, value, size, name):
         self.env[name] = value.to(torch.int64)
         return None
+
+    def check_bounds(self, value, size, negative, site, mask=None):
+        n = self._index(size)
+        lo = -n if negative else torch.zeros((), dtype=torch.int64)
+        self._check("check_bounds", (value < lo) | (value >= n), mask, site, value, n)
+        return value
+
+    def check_nonzero(self, value, site, mask=None):
+        self._check("check_nonzero", value == 0, mask, site, value, None)
+        return value
+
+    def _check(self, op, bad, mask, site, value, size):
+        if mask is not None:
+            bad = bad & mask
+        if bool(bad.any()):
+            first = torch.broadcast_to(value, bad.shape)[bad].reshape(-1)[0]
+            raise check_failure(op, site, int(first), None if size is None else int(size))
 
     def reduction(self, dtype, src_dtype, reduction_type, value):
         v = value.expand(self.grid) if value.dim() <= len(self.grid) else value

@@ -110,6 +110,21 @@ class LoweringContext:
         return meta
 
     # -- what lowerings call
+    def check_site(self, what: str) -> str:
+        """``what`` a kernel check guards (``dimension 0 of embedding``), with the user's line
+        it came from, for the error a failed check raises."""
+        src = self.node.source if self.node is not None else None
+        if not src:
+            return what
+        return f"{what} at {src.get('file')}:{src.get('line')}: {str(src.get('text', '')).strip()}"
+
+    def checks_on(self, device: str, integer_division: bool = False) -> bool:
+        """Whether kernels of ``device`` check what eager raises on (``config.kernel_checks``);
+        integer division by zero raises in eager on the CPU only (CUDA gives a value)."""
+        if not config.kernel_checks:
+            return False
+        return not integer_division or str(device).split(":")[0] == "cpu"
+
     def out_meta(self, i: int = 0) -> tuple[list[sympy.Expr], str, str]:
         t = self.node.outputs[i].meta
         return [exprs.as_expr(d) for d in t.shape], t.dtype, t.device

@@ -14,23 +14,31 @@ from fireclay_loops.lowering.values import GeneratedValue, TensorValue, load_bro
 from fireclay_loops.ops import ops
 
 
-def _indirect(index_tensor: TensorValue, idx: list, size: Any, mask: Any = None):
-    """The symbol for ``index_tensor[idx]`` as an index into a dimension of ``size``; negative
-    indices count from the end, as in eager."""
+def _indirect(ctx, index_tensor: TensorValue, idx: list, size: Any, mask: Any, negative: bool, what: str):
+    """The symbol for ``index_tensor[idx]`` as an index into a dimension of ``size``. Where eager
+    takes negative indices (``negative``: advanced indexing) they count from the end; the index
+    is checked against the dimension (``ops.check_bounds``, unless ``config.kernel_checks`` is
+    off), so a bad one raises as in eager instead of reading outside the tensor."""
     v = ops.to_dtype(index_tensor.load(idx, mask), "int64")
-    v = ops.where(ops.lt(v, ops.constant(0, "int64")),
-                  ops.add(v, ops.to_dtype(ops.index_expr(size, "int64"), "int64")), v)
+    if ctx.checks_on(index_tensor.device):
+        v = ops.check_bounds(v, size, negative, ctx.check_site(what), mask)
+    if negative:
+        v = ops.where(ops.lt(v, ops.constant(0, "int64")),
+                      ops.add(v, ops.to_dtype(ops.index_expr(size, "int64"), "int64")), v)
     return ops.indirect_indexing(v, size)
 
 
+# Eager's gather, index_select and embedding refuse negative indices; advanced indexing
+# (``x[idx]``, ``index.Tensor``) counts them from the end.
 @register_lowering("gather.default")
 def lower_gather(ctx, x, dim, index, sparse_grad=False):
     dim = dim % x.rank if x.rank else 0
+    what = f"dimension {dim} of gather"
 
     def fn(idx, mask=None):
         old = list(idx)
         if x.rank:
-            old[dim] = _indirect(index, idx, x.size[dim], mask)
+            old[dim] = _indirect(ctx, index, idx, x.size[dim], mask, False, what)
         return x.load(old, mask)
 
     return GeneratedValue(index.size, x.dtype, x.device, fn)
@@ -40,12 +48,13 @@ def lower_gather(ctx, x, dim, index, sparse_grad=False):
 def lower_index_select(ctx, x, dim, index):
     dim = dim % x.rank if x.rank else 0
     size = ctx.out_meta()[0]
+    what = f"dimension {dim} of index_select"
 
     def fn(idx, mask=None):
         old = list(idx)
         if x.rank:
             pos = [idx[dim]] if index.rank else []
-            old[dim] = _indirect(index, pos, x.size[dim], mask)
+            old[dim] = _indirect(ctx, index, pos, x.size[dim], mask, False, what)
         return x.load(old, mask)
 
     return GeneratedValue(size, x.dtype, x.device, fn)
@@ -57,7 +66,7 @@ def lower_embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=Fal
     k = indices.rank
 
     def fn(idx, mask=None):
-        row = _indirect(indices, list(idx[:k]), weight.size[0], mask)
+        row = _indirect(ctx, indices, list(idx[:k]), weight.size[0], mask, False, "dimension 0 of embedding")
         return weight.load([row, idx[k]], mask)
 
     return GeneratedValue(size, weight.dtype, weight.device, fn)
@@ -79,19 +88,15 @@ def lower_index(ctx, x, indices):
         old: list[Any] = [None] * x.rank
         for k, t in zip(positions, tensors):
             # boolean masks were turned into integer indices by the aten decomposition
-            old[k] = _indirect_broadcast(t, bidx, bshape, x.size[k], mask)
+            lead = len(bshape) - t.rank
+            sub = [sympy.Integer(0) if exprs.equal(t.size[j], 1) else bidx[lead + j] for j in range(t.rank)]
+            old[k] = _indirect(ctx, t, sub, x.size[k], mask, True, f"dimension {k} of index")
         out_pos = [j for j in range(len(size)) if not (start <= j < start + brank)]
         for j, k in zip(out_pos, rest):
             old[k] = idx[j]
         return x.load(old, mask)
 
     return GeneratedValue(size, x.dtype, x.device, fn)
-
-
-def _indirect_broadcast(t: TensorValue, bidx: list, bshape: list, dim_size: Any, mask: Any = None):
-    lead = len(bshape) - t.rank
-    sub = [sympy.Integer(0) if exprs.equal(t.size[k], 1) else bidx[lead + k] for k in range(t.rank)]
-    return _indirect(t, sub, dim_size, mask)
 
 
 # --------------------------------------------------------------------------- cat, stack, pad

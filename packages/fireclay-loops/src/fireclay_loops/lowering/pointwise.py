@@ -131,11 +131,29 @@ _LOGICAL = {"logical_and.default": "logical_and", "logical_or.default": "logical
             "logical_xor.default": "logical_xor"}
 
 
+_INTEGER_DIVISIONS = {"floordiv": "floor_divide", "remainder": "remainder", "fmod": "fmod"}
+
+
+def _checked_divisor(ctx, b: Any, dtype: str, what: str) -> Callable[[Any], Any]:
+    """What the divisor of an integer division goes through: ``ops.check_nonzero`` where eager
+    raises on a zero divisor (integers on the CPU) and ``b`` is not a known non-zero number."""
+    device = ctx.out_meta()[2]
+    if (dtypes.is_float(dtype) or dtype == "bool" or not ctx.checks_on(device, integer_division=True)
+            or (isinstance(b, (int, float)) and not isinstance(b, bool) and b != 0)):
+        return lambda y: y
+    site = ctx.check_site(what)
+    return lambda y: ops.check_nonzero(y, site)
+
+
 def _binary(op_name: str):
     def lower(ctx, a, b):
         size, dtype, _ = ctx.out_meta()
         if dtype == "bool" and op_name.startswith("bitwise_"):
             return lower_pointwise(ctx, [a, b], getattr(ops, "logical" + op_name[len("bitwise"):]), compute="bool")
+        if op_name in _INTEGER_DIVISIONS:
+            divisor = _checked_divisor(ctx, b, dtype, _INTEGER_DIVISIONS[op_name])
+            op = getattr(ops, op_name)
+            return lower_pointwise(ctx, [a, b], lambda x, y: op(x, divisor(y)))
         return lower_pointwise(ctx, [a, b], getattr(ops, op_name))
 
     lower.__name__ = f"lower_{op_name}"
@@ -198,11 +216,12 @@ def lower_div_mode(ctx, a, b, rounding_mode=None):
     if dtypes.is_float(dtype):
         rnd = ops.floor if rounding_mode == "floor" else ops.trunc
         return lower_pointwise(ctx, [a, b], lambda x, y: rnd(ops.truediv(x, y)))
+    divisor = _checked_divisor(ctx, b, dtype, f"div(rounding_mode={rounding_mode!r})")
     if rounding_mode == "floor":
-        return lower_pointwise(ctx, [a, b], ops.floordiv)
+        return lower_pointwise(ctx, [a, b], lambda x, y: ops.floordiv(x, divisor(y)))
     # Integer division truncating toward zero: floor of the magnitudes, sign put back.
     return lower_pointwise(ctx, [a, b], lambda x, y: ops.mul(
-        ops.mul(ops.sign(x), ops.sign(y)), ops.floordiv(ops.abs(x), ops.abs(y))))
+        ops.mul(ops.sign(x), ops.sign(y)), ops.floordiv(ops.abs(x), ops.abs(divisor(y)))))
 
 
 @register_lowering("pow.Tensor_Scalar")

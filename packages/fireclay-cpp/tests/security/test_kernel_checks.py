@@ -1,0 +1,82 @@
+"""Kernels match eager on bad indices and zero divisors (issue 23, findings 4 and 5): an index read
+from a tensor outside its dimension raises as eager raises (it read heap memory, or crashed the
+process at 2**40), and integer ``//``, ``%``, ``fmod``, ``div(rounding_mode=)`` by zero raise as
+eager does on the CPU (they returned 0). The table is fireclay-loops' ``check_cases``."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+check_cases = pytest.importorskip("check_cases", reason="fireclay-loops' tests hold the check table")
+
+from aten_builder import AtenBuilder  # noqa: E402
+from check_cases import (  # noqa: E402
+    DIVISION_OPS,
+    INDEX_OPS,
+    INDEX_VALUES,
+    check_against_eager,
+    division_inputs,
+    division_program,
+    index_inputs,
+    index_program,
+)
+
+from fireclay_cpp import compile_program  # noqa: E402
+from fireclay_loops import IndexOutOfBounds, IntegerDivisionByZero, config  # noqa: E402
+
+_COMPILED: dict[str, tuple] = {}
+
+
+def _compiled(name: str, make):
+    """Each op's program compiles once; the table's values are only inputs."""
+    if name not in _COMPILED:
+        builder, program = make()
+        _COMPILED[name] = (builder, compile_program(program))
+    return _COMPILED[name]
+
+
+@pytest.mark.parametrize("value", list(INDEX_VALUES))
+@pytest.mark.parametrize("op", INDEX_OPS, ids=lambda o: o.name)
+def test_indirect_index_matches_eager(op, value):
+    builder, compiled = _compiled(op.name, lambda: index_program(op))
+    error = check_against_eager(compiled, builder, index_inputs(op, value))
+    if error is not None:
+        assert isinstance(error, IndexOutOfBounds)
+        bad = INDEX_VALUES[value](op.size)
+        assert f"index {bad} is out of bounds for dimension" in str(error) and f"with size {op.size}" in str(error)
+
+
+@pytest.mark.parametrize("zero", [False, True], ids=["nonzero", "zero"])
+@pytest.mark.parametrize("op", DIVISION_OPS, ids=lambda o: o.name)
+def test_integer_division_by_zero_matches_eager(op, zero):
+    builder, compiled = _compiled(op.name, lambda: division_program(op))
+    error = check_against_eager(compiled, builder, division_inputs(op, zero))
+    if error is not None:
+        assert isinstance(error, IntegerDivisionByZero) and str(error).startswith("ZeroDivisionError")
+    assert (error is not None) == (not op.dtype.is_floating_point and (zero or op.divisor_is_zero))
+
+
+def test_threads_report_the_first_bad_index():
+    """An embedding large enough for OpenMP threads: a bad index raises, the next call (in range)
+    runs normally."""
+    w, ids = torch.randn(1000, 64), torch.randint(0, 1000, (64, 300))
+    b = AtenBuilder()
+    program = b.output(b.call("embedding.default", b.input(w, "w"), b.input(ids, "ids")))
+    compiled = compile_program(program)
+    bad = ids.clone()
+    bad[40, 17] = 1000
+    with pytest.raises(IndexError, match="index 1000 is out of bounds for dimension 0 of embedding with size 1000"):
+        compiled(w, bad)
+    torch.testing.assert_close(compiled(w, ids)[0], b.eager(w, ids)[0], rtol=0, atol=0)
+
+
+def test_checks_can_be_turned_off(monkeypatch):
+    """``config.kernel_checks`` off: no check in the kernels, in-range indices still right."""
+    monkeypatch.setattr(config, "kernel_checks", False)
+    op = INDEX_OPS[0]
+    builder, program = index_program(op)
+    compiled = compile_program(program)
+    assert "fc_err)" not in "".join(compiled.cpp_sources)  # no kernel calls a check
+    x, idx = index_inputs(op, "in_range")
+    torch.testing.assert_close(compiled(x, idx)[0], builder.eager(x, idx)[0], rtol=0, atol=0)

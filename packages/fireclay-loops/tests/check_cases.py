@@ -1,0 +1,134 @@
+"""The table of kernel checks (what eager raises on, that generated kernels must raise on too),
+shared by fireclay-loops' reference executor test and the backends' ``tests/security``.
+
+Each op is one aten program, compiled once; its index (or divisor) input then takes each value of
+the table, and the compiled result must equal eager's, or raise an error of the type eager raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from aten_builder import AtenBuilder
+
+ROWS, COLS = 4, 5  # the indexed tensor: [ROWS, COLS]
+HUGE = 2**40
+
+
+@dataclass
+class IndexOp:
+    """An op reading ``x`` at indices from a tensor: ``build(b, x, idx)`` adds it to a builder;
+    ``size`` is the extent of the indexed dimension, ``idx_shape`` the index tensor's shape."""
+
+    name: str
+    build: Any
+    size: int
+    idx_shape: tuple
+    x_shape: tuple = (ROWS, COLS)
+
+
+INDEX_OPS = [
+    IndexOp("index_select_dim0", lambda b, x, i: b.call("index_select.default", x, 0, i), ROWS, (3,)),
+    IndexOp("index_select_dim1", lambda b, x, i: b.call("index_select.default", x, 1, i), COLS, (3,)),
+    IndexOp("gather_dim1", lambda b, x, i: b.call("gather.default", x, 1, i), COLS, (ROWS, 3)),
+    IndexOp("embedding", lambda b, w, i: b.call("embedding.default", w, i), 6, (2, 3), x_shape=(6, 3)),
+    IndexOp("index_rows", lambda b, x, i: b.call("index.Tensor", x, [i]), ROWS, (3,)),  # x[idx]
+    IndexOp("index_cols", lambda b, x, i: b.call("index.Tensor", x, [None, i]), COLS, (3,)),  # x[:, idx]
+]
+
+# The value put at one position of an otherwise in-range index tensor, by the size indexed.
+INDEX_VALUES = {
+    "in_range": lambda n: n - 2,
+    "last_negative": lambda n: -1,  # legal for advanced indexing only
+    "most_negative": lambda n: -n,
+    "below_negative": lambda n: -n - 1,
+    "size": lambda n: n,
+    "huge": lambda n: HUGE,
+    "huge_negative": lambda n: -HUGE,
+}
+
+
+@dataclass
+class DivisionOp:
+    name: str
+    build: Any  # (builder, a, b) -> output
+    dtype: torch.dtype = torch.int64
+    divisor_is_zero: bool = False  # a literal 0: raises whatever the inputs
+
+
+DIVISION_OPS = [
+    DivisionOp("floor_divide", lambda bl, a, b: bl.call("floor_divide.default", a, b)),
+    DivisionOp("remainder", lambda bl, a, b: bl.call("remainder.Tensor", a, b)),
+    DivisionOp("fmod", lambda bl, a, b: bl.call("fmod.Tensor", a, b)),
+    DivisionOp("div_floor", lambda bl, a, b: bl.call("div.Tensor_mode", a, b, rounding_mode="floor")),
+    DivisionOp("div_trunc", lambda bl, a, b: bl.call("div.Tensor_mode", a, b, rounding_mode="trunc")),
+    DivisionOp("floor_divide_int32", lambda bl, a, b: bl.call("floor_divide.default", a, b), torch.int32),
+    DivisionOp("remainder_uint8", lambda bl, a, b: bl.call("remainder.Tensor", a, b), torch.uint8),
+    DivisionOp("remainder_scalar_zero", lambda bl, a, b: bl.call("remainder.Scalar", a, 0), divisor_is_zero=True),
+    DivisionOp("float_div", lambda bl, a, b: bl.call("div.Tensor", a, b), torch.float32),  # inf/nan, no error
+]
+
+
+def index_program(op: IndexOp):
+    """(builder, program) of ``op`` over a float input and an int64 index input."""
+    b = AtenBuilder()
+    x = b.input(torch.empty(op.x_shape), "x")
+    i = b.input(torch.empty(op.idx_shape, dtype=torch.int64), "idx")
+    return b, b.output(op.build(b, x, i))
+
+
+def index_inputs(op: IndexOp, value: str, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(op.x_shape, generator=gen)
+    idx = torch.randint(0, op.size, op.idx_shape, generator=gen)
+    idx.view(-1)[idx.numel() // 2] = INDEX_VALUES[value](op.size)
+    return [x, idx]
+
+
+def division_program(op: DivisionOp):
+    b = AtenBuilder()
+    x = b.input(torch.empty(3, 4, dtype=op.dtype), "a")
+    y = b.input(torch.empty(3, 4, dtype=op.dtype), "b")
+    return b, b.output(op.build(b, x, y))
+
+
+def division_inputs(op: DivisionOp, zero: bool, seed: int = 0) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    if op.dtype.is_floating_point:
+        a, d = torch.randn(3, 4, generator=gen), torch.randn(3, 4, generator=gen)
+    else:
+        low = 0 if op.dtype == torch.uint8 else -9
+        a = torch.randint(low, 10, (3, 4), generator=gen, dtype=op.dtype)
+        d = torch.randint(1, 5, (3, 4), generator=gen, dtype=op.dtype)
+        if op.dtype != torch.uint8:
+            d = d * torch.where(torch.rand(3, 4, generator=gen) < 0.5, -1, 1).to(op.dtype)
+    if zero:
+        d[1, 2] = 0
+    return [a, d]
+
+
+def eager_result(builder: AtenBuilder, inputs: list[torch.Tensor]):
+    """Eager's outputs, or the exception it raises."""
+    try:
+        return builder.eager(*[t.clone() for t in inputs])
+    except Exception as error:  # noqa: BLE001 (the oracle's error is the expected result)
+        return error
+
+
+def check_against_eager(compiled_call, builder: AtenBuilder, inputs: list[torch.Tensor]) -> Any:
+    """Run the compiled program: the same outputs as eager, or an error of the type eager raised
+    (returned, for the caller to check its message)."""
+    want = eager_result(builder, inputs)
+    if isinstance(want, Exception):
+        try:
+            got = compiled_call(*inputs)
+        except type(want) as error:
+            return error
+        raise AssertionError(f"eager raised {type(want).__name__}({want}); the compiled program returned {got}")
+    got = compiled_call(*inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0, equal_nan=True)
+    return None
