@@ -27,6 +27,7 @@ class IndexOp:
     size: int
     idx_shape: tuple
     x_shape: tuple = (ROWS, COLS)
+    negative_ok: bool = False  # eager counts negative indices from the end (advanced indexing)
 
 
 INDEX_OPS = [
@@ -34,8 +35,8 @@ INDEX_OPS = [
     IndexOp("index_select_dim1", lambda b, x, i: b.call("index_select.default", x, 1, i), COLS, (3,)),
     IndexOp("gather_dim1", lambda b, x, i: b.call("gather.default", x, 1, i), COLS, (ROWS, 3)),
     IndexOp("embedding", lambda b, w, i: b.call("embedding.default", w, i), 6, (2, 3), x_shape=(6, 3)),
-    IndexOp("index_rows", lambda b, x, i: b.call("index.Tensor", x, [i]), ROWS, (3,)),  # x[idx]
-    IndexOp("index_cols", lambda b, x, i: b.call("index.Tensor", x, [None, i]), COLS, (3,)),  # x[:, idx]
+    IndexOp("index_rows", lambda b, x, i: b.call("index.Tensor", x, [i]), ROWS, (3,), negative_ok=True),  # x[idx]
+    IndexOp("index_cols", lambda b, x, i: b.call("index.Tensor", x, [None, i]), COLS, (3,), negative_ok=True),  # x[:, idx]
 ]
 
 # The value put at one position of an otherwise in-range index tensor, by the size indexed.

@@ -91,7 +91,7 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
                                                  cfg.resolved_autotune() or wide, interpret, tuning,
                                                  columns=k.columns, max_autotune=wide,
                                                  finisher=getattr(module, k.function + "_finish", None),
-                                                 partials=k.partials)
+                                                 partials=k.partials, checks=k.checks)
     namespace.update(launchers)
     wrapper = generate_wrapper(scheduled, {k.name: k for k in kernels})
     for var, op in wrapper.namespace_ops.items():

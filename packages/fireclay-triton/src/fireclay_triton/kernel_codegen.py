@@ -92,6 +92,9 @@ class KernelSource:
     index64: bool
     columns: bool = False  # a reduction whose accesses are contiguous along the outer points
     partials: int = 0  # split kernels: the workspace slots of partial results (per chunk and output)
+    # the kernel's checks (fireclay-loops' CheckSites) and their assert messages: the launcher
+    # compiles it in Triton's debug mode and, in the interpreter, raises the check's error
+    checks: list = field(default_factory=list)
     # the ``@triton.jit`` function's name in the kernel module: ``k`` + a digest of its text written
     # with a placeholder name. Arguments are positional (``ptr0``, ``ptr1``...), so kernels that do
     # the same work on different buffers (the layers of a model) are one function, compiled once,
@@ -212,6 +215,28 @@ class _TritonValues:
         v = _Val(name, f"{name} = {value.name}.to(tl.int64)", [value], "int64", value.dims, value.r, value.post)
         self.gen.indirect[name] = v
         return None
+
+    # checks: device-side asserts, as eager's CUDA kernels (and Inductor) assert; lanes outside the
+    # block's mask (or the op's ``mask``) are not checked. The launcher compiles kernels with
+    # checks in Triton's debug mode, without which ``tl.device_assert`` is a no-op.
+    def check_bounds(self, value, size, negative, site, mask=None):
+        n = self.gen.size_text(size)
+        lo = f"-({n})" if negative else "0"
+        return self._check("check_bounds", site, f"({lo} <= {value.name}) & ({value.name} < {n})", value, mask, n)
+
+    def check_nonzero(self, value, site, mask=None):
+        return self._check("check_nonzero", site, f"{value.name} != 0", value, mask)
+
+    def _check(self, op, site, ok, value, mask, size=None):
+        gen = self.gen
+        check = gen.checks[gen.add_check(op, site)]
+        r = value.r or (mask is not None and mask.r)
+        live = ("xrmask" if r or "r" in value.dims else "xmask") + (f" & {mask.name}" if mask is not None else "")
+        name = gen.fresh("chk")
+        message = str(check.error(size=size))
+        gen.check_messages.append(message)
+        line = f"tl.device_assert(({ok}) | ~({live}), {message!r})\n{name} = {value.name}"
+        return _Val(name, line, [value] + ([mask] if mask is not None else []), value.dtype, value.dims, r, value.post)
 
     def reduction(self, dtype, src_dtype, reduction_type, value):
         return self.gen.reduction(self, dtype, src_dtype, reduction_type, value)
@@ -406,6 +431,7 @@ class _KernelGen(KernelGenState):
         self.finisher: list[str] = []  # split kernels: the finisher's body
         self.finisher_seen: set[_Val] = set()
         self.index64 = self._needs_index64()
+        self.check_messages: list[str] = []  # the assert message of each of self.checks
 
     def _needs_index64(self) -> bool:
         """32-bit indices unless some size is symbolic or an offset may pass 2**31 - 1."""
@@ -758,7 +784,7 @@ class _KernelGen(KernelGenState):
         function = "k" + hashlib.sha256(text("kernel").encode()).hexdigest()[:20]
         return KernelSource(k.name, text(function), buffers, symbols, self.kind, k.numel,
                             k.rnumel if self.reducing else sympy.Integer(1), self.index64, self.columns,
-                            self.slots, function)
+                            self.slots, checks=list(zip(self.checks, self.check_messages)), function=function)
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str],

@@ -93,9 +93,14 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def launch_options(cfg: LaunchConfig, kind: str) -> tuple:
-    """The keyword arguments a launcher passes for ``cfg`` (see ``runtime.Launcher._run``)."""
+def launch_options(cfg: LaunchConfig, kind: str, checks: bool = False) -> tuple:
+    """The keyword arguments a launcher passes for ``cfg`` (see ``runtime.Launcher._run``). A
+    kernel with checks compiles in Triton's debug mode (``tl.device_assert`` is a no-op
+    without it), without Triton's own integer-overflow asserts (eager wraps on overflow), as
+    Inductor compiles its kernels with indirect-index asserts."""
     opts: dict[str, Any] = {"XBLOCK": cfg.XBLOCK, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    if checks:
+        opts.update(debug=True, sanitize_overflow=False)
     if kind != "pointwise":
         opts["RBLOCK"] = cfg.RBLOCK
     return tuple(sorted(opts.items()))

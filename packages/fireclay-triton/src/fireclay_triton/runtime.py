@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -195,6 +197,7 @@ class DirectLaunch:
 
 
 _MISSING = object()
+_INTERPRETER_ASSERTS = threading.Lock()  # the interpreter's options are global: one launch at a time
 
 
 def _public_raw_stream(device: int) -> int:
@@ -226,8 +229,9 @@ class Launcher:
 
     def __init__(self, fn: Any, name: str, kind: str, source_hash: str, autotune: bool, interpret: bool,
                  cache: TuningCache, columns: bool = False, max_autotune: bool = False, finisher: Any = None,
-                 partials: int = 0):
+                 partials: int = 0, checks: list | None = None):
         self.fn = fn
+        self.checks = checks or []  # (CheckSite, its assert message) of each check of the kernel
         self.finisher = finisher  # split kernels: adds the partials
         self.partials = partials
         self._sms = 0
@@ -256,7 +260,8 @@ class Launcher:
         if self.kind == "split":
             self._run_split(cfg, args, numel, rnumel, grid[0])
             return
-        self._launch(self.fn, grid, args + self._tail(numel, rnumel), launch_options(cfg, self.kind))
+        options = launch_options(cfg, self.kind, bool(self.checks))
+        self._launch(self.fn, grid, args + self._tail(numel, rnumel), options)
 
     def _run_split(self, cfg: LaunchConfig, args: tuple, numel: int, rnumel: int, programs: int) -> None:
         device = next(a.device for a in args if isinstance(a, torch.Tensor))
@@ -264,7 +269,8 @@ class Launcher:
             self._sms = 8 if self.interpret else torch.cuda.get_device_properties(device).multi_processor_count
         nsplit, chunk, fx = split_shape(cfg, numel, rnumel, self._sms)
         ws = torch.empty(self.partials * nsplit * numel, dtype=torch.float32, device=device)
-        self._launch(self.fn, (programs, nsplit), (*args, ws, chunk, numel, rnumel), launch_options(cfg, self.kind))
+        options = launch_options(cfg, self.kind, bool(self.checks))
+        self._launch(self.fn, (programs, nsplit), (*args, ws, chunk, numel, rnumel), options)
         self._launch(self.finisher, (-(-numel // fx), 1), (*args, ws, nsplit, numel), finisher_options(nsplit, fx))
 
     def _direct_launch(self, fn: Any, options: tuple, nargs: int) -> DirectLaunch:
@@ -276,9 +282,32 @@ class Launcher:
     def _launch(self, fn: Any, grid: tuple, args: tuple, options: tuple) -> None:
         """One launch; ``options``: sorted (name, value) pairs of constexprs, warps and stages."""
         if self.interpret:
-            fn[grid](*args, **dict(options))
+            if self.checks:
+                self._interpreted_with_checks(fn, grid, args, options)
+            else:
+                fn[grid](*args, **dict(options))
             return
         self._direct_launch(fn, options, len(args))(grid, args)
+
+    def _interpreted_with_checks(self, fn: Any, grid: tuple, args: tuple, options: tuple) -> None:
+        """A launch in Triton's interpreter with its asserts on (its builder ignores a launch's
+        ``debug`` option); a failed check raises its error, as the C++ backend's call does."""
+        from triton.runtime import interpreter
+        from triton.runtime.errors import InterpreterError
+
+        with _INTERPRETER_ASSERTS:
+            builder = interpreter.interpreter_builder
+            saved = builder.options
+            builder.options = dataclasses.replace(saved, debug=True, sanitize_overflow=False)
+            try:
+                fn[grid](*args, **dict(options))
+            except InterpreterError as error:
+                for check, message in self.checks:
+                    if message in str(error):  # (the interpreter does not tell the value)
+                        raise type(check.error())(message) from error
+                raise
+            finally:
+                builder.options = saved
 
     def planned_configs(self, numel: int, rnumel: int, device_name: str | None) -> list[LaunchConfig]:
         """The configs the first call at these sizes launches: the one already chosen or cached on
@@ -304,7 +333,7 @@ class Launcher:
             return []
         jobs = []
         for cfg in self.planned_configs(numel, rnumel, device_name):
-            opts = launch_options(cfg, self.kind)
+            opts = launch_options(cfg, self.kind, bool(self.checks))
             if self.kind == "pointwise":
                 jobs.append(CompileJob(self.name, self.fn, (*args, numel), opts))
             elif self.kind != "split":
@@ -359,7 +388,8 @@ class Launcher:
             self._run(cfg, args, numel, rnumel)
             return
         tail = self._tail(numel, rnumel)
-        launch = self._direct_launch(self.fn, launch_options(cfg, self.kind), len(args) + len(tail))
+        options = launch_options(cfg, self.kind, bool(self.checks))
+        launch = self._direct_launch(self.fn, options, len(args) + len(tail))
         ready = self._ready[(numel, rnumel)] = _Ready(launch, self._grid(cfg, numel, rnumel), tail)
         ready(args)
 

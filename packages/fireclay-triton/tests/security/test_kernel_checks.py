@@ -1,0 +1,114 @@
+"""Kernels match eager on bad indices and zero divisors (issue 23, findings 4 and 5), in Triton's
+interpreter on CPU tensors: an index read from a tensor outside its dimension fails a
+``tl.device_assert`` (the launcher turns the interpreter's asserts on and raises the check's
+error), and so does an integer division by zero of a CPU program (eager raises on the CPU). The
+table is fireclay-loops' ``check_cases``; on a GPU, see ``test_device_assert_on_gpu``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+torch = pytest.importorskip("torch")
+check_cases = pytest.importorskip("check_cases", reason="fireclay-loops' tests hold the check table")
+
+from check_cases import (  # noqa: E402
+    DIVISION_OPS,
+    INDEX_OPS,
+    check_against_eager,
+    division_inputs,
+    division_program,
+    index_inputs,
+    index_program,
+)
+
+from fireclay_loops import IndexOutOfBounds, IntegerDivisionByZero, config  # noqa: E402
+from fireclay_triton import compile_program  # noqa: E402
+
+interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                 reason="runs kernels in Triton's interpreter (no CUDA GPU here)")
+_COMPILED: dict[str, tuple] = {}
+
+
+def _compiled(name: str, make):
+    if name not in _COMPILED:
+        builder, program = make()
+        _COMPILED[name] = (builder, compile_program(program))
+    return _COMPILED[name]
+
+
+# (a subset of the values: the interpreter is slow, and the C++ suite runs them all)
+@interpreted
+@pytest.mark.parametrize("value", ["in_range", "last_negative", "below_negative", "huge"])
+@pytest.mark.parametrize("op", INDEX_OPS, ids=lambda o: o.name)
+def test_indirect_index_matches_eager(op, value):
+    builder, compiled = _compiled(op.name, lambda: index_program(op))
+    error = check_against_eager(compiled, builder, index_inputs(op, value))
+    if error is not None:
+        assert isinstance(error, IndexOutOfBounds)
+        assert "index out of bounds for dimension" in str(error) and f"(size {op.size})" in str(error)
+    assert (error is None) == (value == "in_range" or (value == "last_negative" and op.negative_ok))
+
+
+@interpreted
+@pytest.mark.parametrize("zero", [False, True], ids=["nonzero", "zero"])
+@pytest.mark.parametrize("op", [o for o in DIVISION_OPS if o.name in ("floor_divide", "remainder", "div_trunc",
+                                                                      "float_div")], ids=lambda o: o.name)
+def test_integer_division_by_zero_matches_eager(op, zero):
+    builder, compiled = _compiled(op.name, lambda: division_program(op))
+    error = check_against_eager(compiled, builder, division_inputs(op, zero))
+    if error is not None:
+        assert isinstance(error, IntegerDivisionByZero) and str(error).startswith("ZeroDivisionError")
+    assert (error is not None) == (zero and not op.dtype.is_floating_point)
+
+
+def test_kernels_with_checks_compile_in_debug_mode(monkeypatch):
+    """Without Triton's debug option a ``tl.device_assert`` is compiled out: a kernel with checks
+    is launched with it (and without Triton's int32 overflow asserts); with
+    ``config.kernel_checks`` off, no asserts and no debug mode."""
+    op = INDEX_OPS[3]  # embedding
+    _, program = index_program(op)
+    compiled = compile_program(program)
+    assert "tl.device_assert" in compiled.kernel_source
+    (launcher,) = compiled.launchers.values()
+    from fireclay_triton.precompile import launch_options
+
+    cfg = launcher.planned_configs(6, 1, None)[0]
+    assert dict(launch_options(cfg, launcher.kind, bool(launcher.checks))).get("debug") is True
+    monkeypatch.setattr(config, "kernel_checks", False)
+    plain = compile_program(index_program(op)[1])
+    assert "tl.device_assert" not in plain.kernel_source
+    assert all(not k.checks for k in plain.kernels)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_device_assert_on_gpu():
+    """On a GPU a bad index is a device-side assert, as in eager (the CUDA context is lost, so in a
+    child process), and an integer division by zero does not raise (eager's CUDA kernels give a
+    value)."""
+    script = textwrap.dedent("""
+        import sys, torch
+        sys.path[:0] = %r
+        from check_cases import INDEX_OPS, index_inputs, index_program, DIVISION_OPS, division_inputs, division_program
+        from fireclay_triton import compile_program
+        d = DIVISION_OPS[0]
+        b, p = division_program(d)
+        got = compile_program(p)(*[t.cuda() for t in division_inputs(d, True)])
+        torch.cuda.synchronize()
+        op = INDEX_OPS[3]
+        b, p = index_program(op)
+        compiled = compile_program(p)
+        compiled(*[t.cuda() for t in index_inputs(op, "in_range")])
+        torch.cuda.synchronize()
+        print("in range ok", flush=True)
+        compiled(*[t.cuda() for t in index_inputs(op, "huge")])
+        torch.cuda.synchronize()
+        print("no assert", flush=True)
+    """) % (sys.path,)
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert "in range ok" in run.stdout, run.stderr[-2000:]
+    assert "no assert" not in run.stdout and "device-side assert" in run.stderr, run.stderr[-2000:]
