@@ -116,7 +116,8 @@ class LoweringContext:
         src = self.node.source if self.node is not None else None
         if not src:
             return what
-        return f"{what} at {src.get('file')}:{src.get('line')}: {str(src.get('text', '')).strip()}"
+        text = str(src.get("text") or "").strip()
+        return f"{what} at {src.get('file')}:{src.get('line')}" + (f": {text}" if text else "")
 
     def checks_on(self, device: str, integer_division: bool = False) -> bool:
         """Whether kernels of ``device`` check what eager raises on (``config.kernel_checks``);

@@ -1,0 +1,108 @@
+"""What fireclay-loops' kernel checks cost (``config.kernel_checks``: indices read from tensors
+bounds-checked, integer divisors checked for zero): programs made of indirect loads, compiled
+with the checks on and off in one process, timed interleaved.
+
+    python -m benchmarks.kernel_checks [--threads 1] [--repeats 15] [--models bert,mlp]
+
+Prints milliseconds per call (median) with the checks on and off, and the slowdown, per program;
+``--models`` also times models of the benchmark suite (two builds of each, one per variant).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import types
+
+import torch
+
+import fireclay
+import fireclay_loops
+
+
+def _programs() -> dict:
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(50_000, 256, generator=gen)
+    ids = torch.randint(0, 50_000, (64, 512), generator=gen)
+    table = torch.randn(4096, 1024, generator=gen)
+    cols = torch.randint(0, 1024, (4096, 256), generator=gen)
+    rows = torch.randint(0, 4096, (8192,), generator=gen)
+    a = torch.randint(-1000, 1000, (4096, 1024), generator=gen)
+    d = torch.randint(1, 50, (4096, 1024), generator=gen)
+    return {
+        # token and position embeddings summed: BERT's input, at a large batch
+        "embedding": (lambda w, i: torch.nn.functional.embedding(i, w) * 2.0 + 1.0, (weight, ids)),
+        "gather": (lambda t, c: torch.gather(t, 1, c).sum(dim=1), (table, cols)),
+        "index_select": (lambda t, r: t.index_select(0, r).relu(), (table, rows)),
+        "x[idx]": (lambda t, r: t[r] + 1.0, (table, rows)),
+        "int //, %": (lambda x, y: x // y + x % y, (a, d)),
+    }
+
+
+def _copy(fn, tag: str):
+    """A function of its own code object (the capture cache is per code object)."""
+    return types.FunctionType(fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{tag}"), fn.__globals__,
+                              closure=fn.__closure__)
+
+
+def _compiled(fn, args, checks: bool, kwargs=None):
+    """``fn`` compiled (by its first call, here) with the checks on or off; called with ``args``
+    and ``kwargs``."""
+    fireclay_loops.config.kernel_checks = checks
+    try:
+        compiled = fireclay.compile(fn)
+        with torch.no_grad():
+            compiled(*args, **(kwargs or {}))
+        return compiled if not kwargs else lambda *a: compiled(*a, **kwargs)
+    finally:
+        fireclay_loops.config.kernel_checks = True
+
+
+def _ms(fn, args, runs: int) -> float:
+    start = time.perf_counter()
+    for _ in range(runs):
+        fn(*args)
+    return (time.perf_counter() - start) * 1e3 / runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--repeats", type=int, default=15, help="interleaved samples per variant")
+    parser.add_argument("--runs", type=int, default=5, help="calls per sample")
+    parser.add_argument("--models", default="", help="suite models to time too (comma-separated)")
+    parser.add_argument("--only-models", action="store_true", help="skip the indexing programs")
+    options = parser.parse_args()
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    print(f"{'program':<18} {'checks on ms':>13} {'checks off ms':>14} {'slowdown':>9}")
+    pairs = [] if options.only_models else [
+        (name, _compiled(_copy(fn, "on"), args, True), _compiled(_copy(fn, "off"), args, False), args)
+        for name, (fn, args) in _programs().items()]
+    for name in filter(None, options.models.split(",")):
+        from benchmarks.models import get_model
+
+        built = [get_model(name).build("small") for _ in range(2)]  # (a module each: guards tell them apart)
+        inputs = built[0].inputs(0)
+        on, off = (_compiled(b.module, inputs.args, checks, inputs.kwargs) for b, checks in zip(built, (True, False)))
+        pairs.append((name, on, off, inputs.args))
+    for name, on, off, args in pairs:
+        with torch.no_grad():
+            _time(name, on, off, args, options)
+
+
+def _time(name, on, off, args, options) -> None:
+    """Median ms per call of each variant, samples interleaved (the machine's load hits both)."""
+    for f in (on, off):  # warm up: first calls
+        f(*args)
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    for _ in range(options.repeats):
+        times["on"].append(_ms(on, args, options.runs))
+        times["off"].append(_ms(off, args, options.runs))
+    t_on, t_off = statistics.median(times["on"]), statistics.median(times["off"])
+    print(f"{name:<18} {t_on:>13.3f} {t_off:>14.3f} {100 * (t_on / t_off - 1):>8.1f}%", flush=True)
+
+
+if __name__ == "__main__":
+    main()
