@@ -395,14 +395,13 @@ class _Gen:
         threads = slot("nthreads")
         checks = any(sites)
         name = f"run{len(w.runs)}"
-        if checks:
-            head = [f'extern "C" int {name}(int64_t* fc_args) {{',
-                    f"  int64_t* fc_err = fc_args + {len(slots)};  // (the last 4 slots, zero: see the prelude)"]
-        else:
-            head = [f'extern "C" void {name}(const int64_t* fc_args) {{']
-        head.append(f"  fc_set_threads(fc_args[{threads}]);")
+        head = [f"  fc_set_threads(fc_args[{threads}]);"]
         if w.arena_bytes and any("fc_arena" in c for c in calls):
             head.append(f"  char* fc_arena = (char*)fc_args[{slot('arena_ptr')}];")
+        if checks:  # (after every argument slot: the error slot is the last 4, zero; see the prelude)
+            head[:0] = [f'extern "C" int {name}(int64_t* fc_args) {{', f"  int64_t* fc_err = fc_args + {len(slots)};"]
+        else:
+            head.insert(0, f'extern "C" void {name}(const int64_t* fc_args) {{')
         kernels = [steps[j].name for j in run]
         source = "\n".join(head + calls + (["  return 0;"] if checks else []) + ["}"]) + "\n"
         if not checks:

@@ -71,6 +71,22 @@ def test_threads_report_the_first_bad_index():
     torch.testing.assert_close(compiled(w, ids)[0], b.eager(w, ids)[0], rtol=0, atol=0)
 
 
+def test_check_in_a_run_that_uses_the_arena():
+    """An embedding whose result a matmul reads lives in the arena: its run takes the arena's
+    address and the error slot after it (a failure names the right check)."""
+    w, ids, m = torch.randn(50, 8), torch.randint(0, 50, (4, 6)), torch.randn(8, 3)
+    b = AtenBuilder()
+    e = b.call("embedding.default", b.input(w, "w"), b.input(ids, "ids"))
+    program = b.output(b.call("mm.default", b.call("view.default", e, [24, 8]), b.input(m, "m")))
+    compiled = compile_program(program)
+    assert "fc_arena" in "".join(compiled.cpp_sources)
+    torch.testing.assert_close(compiled(w, ids, m)[0], b.eager(w, ids, m)[0])
+    bad = ids.clone()
+    bad[2, 5] = -3
+    with pytest.raises(IndexError, match="index -3 is out of bounds for dimension 0 of embedding with size 50"):
+        compiled(w, bad, m)
+
+
 def test_checks_can_be_turned_off(monkeypatch):
     """``config.kernel_checks`` off: no check in the kernels, in-range indices still right."""
     monkeypatch.setattr(config, "kernel_checks", False)
