@@ -14,14 +14,16 @@ from fireclay_loops.lowering.values import GeneratedValue, TensorValue, load_bro
 from fireclay_loops.ops import ops
 
 
-def _indirect(ctx, index_tensor: TensorValue, idx: list, size: Any, mask: Any, negative: bool, what: str):
+def _indirect(ctx, index_tensor: TensorValue, idx: list, size: Any, mask: Any, negative: bool, site: str):
     """The symbol for ``index_tensor[idx]`` as an index into a dimension of ``size``. Where eager
     takes negative indices (``negative``: advanced indexing) they count from the end; the index
     is checked against the dimension (``ops.check_bounds``, unless ``config.kernel_checks`` is
-    off), so a bad one raises as in eager instead of reading outside the tensor."""
+    off), so a bad one raises as in eager instead of reading outside the tensor. ``site``: from
+    ``ctx.check_site`` while the indexing op itself is lowered (its loads run later, inside the
+    consumer's lowering)."""
     v = ops.to_dtype(index_tensor.load(idx, mask), "int64")
     if ctx.checks_on(index_tensor.device):
-        v = ops.check_bounds(v, size, negative, ctx.check_site(what), mask)
+        v = ops.check_bounds(v, size, negative, site, mask)
     if negative:
         v = ops.where(ops.lt(v, ops.constant(0, "int64")),
                       ops.add(v, ops.to_dtype(ops.index_expr(size, "int64"), "int64")), v)
@@ -33,12 +35,12 @@ def _indirect(ctx, index_tensor: TensorValue, idx: list, size: Any, mask: Any, n
 @register_lowering("gather.default")
 def lower_gather(ctx, x, dim, index, sparse_grad=False):
     dim = dim % x.rank if x.rank else 0
-    what = f"dimension {dim} of gather"
+    site = ctx.check_site(f"dimension {dim} of gather")
 
     def fn(idx, mask=None):
         old = list(idx)
         if x.rank:
-            old[dim] = _indirect(ctx, index, idx, x.size[dim], mask, False, what)
+            old[dim] = _indirect(ctx, index, idx, x.size[dim], mask, False, site)
         return x.load(old, mask)
 
     return GeneratedValue(index.size, x.dtype, x.device, fn)
@@ -48,13 +50,13 @@ def lower_gather(ctx, x, dim, index, sparse_grad=False):
 def lower_index_select(ctx, x, dim, index):
     dim = dim % x.rank if x.rank else 0
     size = ctx.out_meta()[0]
-    what = f"dimension {dim} of index_select"
+    site = ctx.check_site(f"dimension {dim} of index_select")
 
     def fn(idx, mask=None):
         old = list(idx)
         if x.rank:
             pos = [idx[dim]] if index.rank else []
-            old[dim] = _indirect(ctx, index, pos, x.size[dim], mask, False, what)
+            old[dim] = _indirect(ctx, index, pos, x.size[dim], mask, False, site)
         return x.load(old, mask)
 
     return GeneratedValue(size, x.dtype, x.device, fn)
@@ -64,9 +66,10 @@ def lower_index_select(ctx, x, dim, index):
 def lower_embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     size = ctx.out_meta()[0]
     k = indices.rank
+    site = ctx.check_site("dimension 0 of embedding")
 
     def fn(idx, mask=None):
-        row = _indirect(ctx, indices, list(idx[:k]), weight.size[0], mask, False, "dimension 0 of embedding")
+        row = _indirect(ctx, indices, list(idx[:k]), weight.size[0], mask, False, site)
         return weight.load([row, idx[k]], mask)
 
     return GeneratedValue(size, weight.dtype, weight.device, fn)
@@ -82,6 +85,7 @@ def lower_index(ctx, x, indices):
     start = positions[0] if adjacent else 0
     bshape = size[start:start + brank]
     rest = [k for k in range(x.rank) if k not in positions]
+    sites = {k: ctx.check_site(f"dimension {k} of index") for k in positions}
 
     def fn(idx, mask=None):
         bidx = list(idx[start:start + brank])
@@ -90,7 +94,7 @@ def lower_index(ctx, x, indices):
             # boolean masks were turned into integer indices by the aten decomposition
             lead = len(bshape) - t.rank
             sub = [sympy.Integer(0) if exprs.equal(t.size[j], 1) else bidx[lead + j] for j in range(t.rank)]
-            old[k] = _indirect(ctx, t, sub, x.size[k], mask, True, f"dimension {k} of index")
+            old[k] = _indirect(ctx, t, sub, x.size[k], mask, True, sites[k])
         out_pos = [j for j in range(len(size)) if not (start <= j < start + brank)]
         for j, k in zip(out_pos, rest):
             old[k] = idx[j]
