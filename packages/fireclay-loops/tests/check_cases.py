@@ -72,11 +72,11 @@ DIVISION_OPS = [
 ]
 
 
-def index_program(op: IndexOp):
-    """(builder, program) of ``op`` over a float input and an int64 index input."""
+def index_program(op: IndexOp, device: str = "cpu"):
+    """(builder, program) of ``op`` over a float input and an int64 index input on ``device``."""
     b = AtenBuilder()
-    x = b.input(torch.empty(op.x_shape), "x")
-    i = b.input(torch.empty(op.idx_shape, dtype=torch.int64), "idx")
+    x = b.input(torch.empty(op.x_shape, device=device), "x")
+    i = b.input(torch.empty(op.idx_shape, dtype=torch.int64, device=device), "idx")
     return b, b.output(op.build(b, x, i))
 
 
@@ -88,10 +88,10 @@ def index_inputs(op: IndexOp, value: str, seed: int = 0) -> list[torch.Tensor]:
     return [x, idx]
 
 
-def division_program(op: DivisionOp):
+def division_program(op: DivisionOp, device: str = "cpu"):
     b = AtenBuilder()
-    x = b.input(torch.empty(3, 4, dtype=op.dtype), "a")
-    y = b.input(torch.empty(3, 4, dtype=op.dtype), "b")
+    x = b.input(torch.empty(3, 4, dtype=op.dtype, device=device), "a")
+    y = b.input(torch.empty(3, 4, dtype=op.dtype, device=device), "b")
     return b, b.output(op.build(b, x, y))
 
 

@@ -49,6 +49,22 @@ def test_unread_results_of_fused_attention_get_no_buffer(read):
     assert extern.result_positions() == ([0] if read == "none" else [0, 1])
 
 
+@pytest.mark.parametrize("target,extern", [("cuda", True), ("cuda:0", True), ("cpu", False)])
+def test_a_copy_between_devices_is_the_librarys_transfer(target, extern):
+    """Index tensors made on the CPU for a CUDA tensor are copied to the device in the graph: a
+    kernel runs on one device and must not read the other's memory, so that copy is an extern
+    call; a copy on one device stays a kernel."""
+    from fireclay_ir import Device
+    from fireclay_loops.ir import ExternNode
+
+    h = Hand()
+    x = h.graph.add_input("idx", TensorMeta("int64", (4,), device="cpu"))
+    y = h.op("_to_copy.default", x, device=Device(target), out=TensorMeta("int64", (4,), device=target))
+    loops = lower(h.program(y))
+    externs = [n for n in loops.nodes if isinstance(n, ExternNode) and n.op == "aten::_to_copy.default"]
+    assert bool(externs) is extern
+
+
 def symbolic_program():
     g = Graph("main")
     x = g.add_input("x", TensorMeta("float32", ("s0", "s1")))

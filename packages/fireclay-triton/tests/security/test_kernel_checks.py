@@ -96,11 +96,11 @@ def test_device_assert_on_gpu():
         from check_cases import INDEX_OPS, index_inputs, index_program, DIVISION_OPS, division_inputs, division_program
         from fireclay_triton import compile_program
         d = DIVISION_OPS[0]
-        b, p = division_program(d)
+        b, p = division_program(d, "cuda")
         got = compile_program(p)(*[t.cuda() for t in division_inputs(d, True)])
         torch.cuda.synchronize()
         op = INDEX_OPS[3]
-        b, p = index_program(op)
+        b, p = index_program(op, "cuda")
         compiled = compile_program(p)
         compiled(*[t.cuda() for t in index_inputs(op, "in_range")])
         torch.cuda.synchronize()

@@ -9,6 +9,7 @@ from typing import Any
 import sympy
 
 from fireclay_loops import dtypes
+from fireclay_loops.lowering.context import fallback
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import TensorValue, load_broadcast
 from fireclay_loops.ops import ops
@@ -310,8 +311,17 @@ def lower_nan_to_num(ctx, x, nan=None, posinf=None, neginf=None):
 
 @register_lowering("_to_copy.default", "clone.default")
 def lower_copy(ctx, x, *args, **kwargs):
-    _, dtype, _ = ctx.out_meta()
+    _, dtype, device = ctx.out_meta()
+    if isinstance(x, TensorValue) and _device_kind(device) != _device_kind(x.device):
+        # a copy between devices (CPU index tensors for a CUDA tensor) is the library's
+        # transfer: a kernel runs on one device and cannot read the other's memory
+        return fallback(ctx, kind="extern")
     return lower_pointwise(ctx, [x], lambda v: v, compute=dtype)
+
+
+def _device_kind(device: str) -> str:
+    """The device a kernel would run on, with "cuda" meaning "cuda:0" as eager does."""
+    return device if ":" in device or device in ("cpu", "meta") else f"{device}:0"
 
 
 @register_lowering("lerp.Scalar", "lerp.Tensor")
