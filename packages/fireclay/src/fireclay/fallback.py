@@ -89,8 +89,8 @@ def guarded_backend(backend: Callable[..., Any], name: str, fullgraph: bool) -> 
 
 def _failed_under_fullgraph(stage: str, exc: BaseException, program: Program, name: str) -> str:
     place, function = captured_from(program)
-    return (f"backend {name!r} failed ({stage}) on the graph captured from {function} ({place}; first "
-            f"operation at {first_source(program)}): {describe(exc)}")
+    return (f"backend {name!r} failed in {stage} on the graph captured from {function} ({place}), first "
+            f"operation at {first_source(program)}: {describe(exc)}")
 
 
 def run_as_eager(program: Program, inputs: tuple) -> Any:
