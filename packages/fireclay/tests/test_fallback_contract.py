@@ -5,6 +5,7 @@ raise under ``fullgraph=True``. An error of the user's own code still propagates
 
 from __future__ import annotations
 
+import importlib
 import logging
 
 import pytest
@@ -210,3 +211,22 @@ def test_fullgraph_error_says_the_function_would_be_split():
     with pytest.raises(Exception) as raised:
         fireclay.compile(f, fullgraph=True, backend="eager")(torch.ones(2))
     assert "split" in str(raised.value) and "runs eagerly; rewrite" not in str(raised.value)
+
+
+def test_torch_compile_with_fireclay_falls_back_on_a_graph_it_cannot_convert(monkeypatch, caplog):
+    from fireclay import dynamo_backend
+
+    monkeypatch.setattr(dynamo_backend, "from_fx", _raise)
+
+    def f(x):
+        return torch.cos(x) * 3
+
+    x = torch.randn(5)
+    caplog.set_level(logging.WARNING)
+    dynamo = importlib.import_module("torch._dynamo")  # imported here only: other tests run without it
+    dynamo.reset()
+    compiled = torch.compile(f, backend=dynamo_backend.fireclay)
+    torch.testing.assert_close(compiled(x), f(x))
+    warned = _warnings(caplog)
+    assert len(warned) == 1 and "cannot be converted" in warned[0] and "test_fallback_contract.py" in warned[0], warned
+    dynamo.reset()

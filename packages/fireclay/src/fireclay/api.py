@@ -91,7 +91,7 @@ def _check_arguments(**values: Any) -> None:
         raise TypeError(f"fireclay.compile: backend must be a backend name or a callable, got {backend!r}")
 
 
-def _with_options(backend: Callable[..., Any], options: dict[str, Any], fullgraph: bool) -> Callable[..., Any]:
+def _with_options(backend: Callable[..., Any], options: dict[str, Any], fullgraph: bool = False) -> Callable[..., Any]:
     """Hand options to backends that take them (a keyword ``options``), and ``fullgraph`` to
     those that take it (the ``fireclay`` backend: whether a failing aten graph may fall back)."""
     try:
