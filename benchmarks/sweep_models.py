@@ -173,9 +173,9 @@ def _keep_tokens_in_vocab(config: Any, attrs: dict, set_) -> None:
     spare = (v for v in range(vocab - 1, 0, -1) if v not in taken)
     for name, value in list(attrs.items()):
         if _is_token_id(name) and isinstance(value, int) and not isinstance(value, bool) and value >= vocab:
-            set_(name, next(spare))
+            set_(name, next(spare, 0))  # a vocabulary too small for distinct ids: share id 0
         elif _is_token_id(name) and isinstance(value, list):
-            set_(name, [v if not isinstance(v, int) or v < vocab else next(spare) for v in value])
+            set_(name, [v if not isinstance(v, int) or v < vocab else next(spare, 0) for v in value])
 
 
 def _is_token_id(name: str) -> bool:
