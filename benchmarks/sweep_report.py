@@ -82,6 +82,8 @@ def normalise(reason: str) -> str:
     text = re.sub(r"\[[^\]]*\.py:\d+\]", "", reason)  # [file:line]
     text = re.sub(r"\b[\w./-]+\.py(:\d+)?", "<file>", text)
     text = re.sub(r"0x[0-9a-f]+", "0x?", text)
+    text = re.sub(r"(?<![\w.])/[\w./-]+", "<path>", text)  # cache folders and the like
+    text = re.sub(r"\b[0-9a-f]{16,}\b", "<hash>", text)
     text = re.sub(r"\b\d+(\.\d+)?(e-?\d+)?\b", "N", text)
     text = re.sub(r"\bN(, N)+\b", "N...", text)
     return re.sub(r"\s+", " ", text).strip()[:160]
