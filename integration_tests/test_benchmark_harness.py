@@ -232,3 +232,84 @@ def test_background_compiles_are_waited_for_and_their_code_is_checked(mode, wron
         assert cell.status == "inaccurate" and cell.worst_tensor.endswith("(compiled kernels)"), cell
     else:
         assert cell.status == "pass" and cell.time_ms > 0, cell
+
+
+# -- the transformers sweep (benchmarks/sweep.py): its pieces, not the sweep itself
+
+
+def test_sweep_shrinks_a_decoder_config_keeping_its_constraints():
+    transformers = pytest.importorskip("transformers")
+    from benchmarks.sweep_models import input_candidates, rebuilt, shrink_config
+
+    config = transformers.LlamaConfig(bos_token_id=1000, eos_token_id=1001)
+    shrink_config(config)
+    config = rebuilt(config)
+    assert (config.hidden_size, config.num_attention_heads, config.num_hidden_layers, config.vocab_size) == (32, 2, 2, 256)
+    assert config.num_attention_heads % config.num_key_value_heads == 0
+    assert config.hidden_size % config.num_attention_heads == 0
+    assert config.bos_token_id < 256 and config.eos_token_id < 256 and config.bos_token_id != config.eos_token_id
+    model = transformers.LlamaModel(config).eval()
+    assert sum(p.numel() for p in model.parameters()) < 100_000
+    candidate = next(input_candidates(model, config))
+    ids = candidate.kwargs["input_ids"]
+    assert ids.max() < 256 and not {config.bos_token_id, config.eos_token_id} & set(ids.flatten().tolist())
+    with torch.no_grad():
+        assert model(**candidate.kwargs).last_hidden_state.shape == (2, 8, 32)
+
+
+def test_sweep_rebuilds_derived_config_values_and_makes_pixels():
+    transformers = pytest.importorskip("transformers")
+    from benchmarks.sweep_models import input_candidates, rebuilt, shrink_config
+
+    config = transformers.SwinConfig()
+    shrink_config(config)
+    config = rebuilt(config)
+    assert config.embed_dim == 32 and list(config.depths) == [1, 1, 1, 1]
+    assert config.hidden_size == 32 * 2 ** 3  # derived from embed_dim by the constructor, not shrunk apart
+    vit = transformers.ViTConfig()
+    shrink_config(vit)
+    model = transformers.ViTModel(rebuilt(vit)).eval()
+    candidate = next(input_candidates(model, vit))
+    assert candidate.kwargs["pixel_values"].shape == (2, 3, 32, 32)
+    with torch.no_grad():
+        model(**candidate.kwargs)
+
+
+def test_sweep_compares_every_output_and_random_models_by_shape():
+    from benchmarks.sweep_run import compare, flatten
+
+    a = {"last": torch.ones(2), "nested": (torch.zeros(3), [torch.ones(1), None])}
+    paths = [p for p, _ in flatten(a)]
+    assert paths == ["out.last", "out.nested[0]", "out.nested[1][0]", "out.nested[1][1]"]
+    b = {"last": torch.ones(2), "nested": (torch.zeros(3), [torch.full((1,), 2.0), None])}
+    passed, worst, where = compare(list(flatten(b)), list(flatten(a)), by_shape=False, tolerance=1e-3)
+    assert not passed and where == "out.nested[1][0]"  # a later output differs, not the first
+    assert compare(list(flatten(b)), list(flatten(a)), by_shape=True, tolerance=1e-3)[0]
+    nan = {"last": torch.tensor([1.0, float("nan")])}
+    assert not compare(list(flatten({"last": torch.tensor([1.0, 2.0])})), list(flatten(nan)), False, 1e-3)[0]
+
+
+def test_sweep_groups_reasons_that_differ_only_in_numbers_and_places(tmp_path):
+    from benchmarks.sweep_report import Outcome, group, write_results
+
+    def raised(name, reason):
+        return Outcome(name, name.title() + "Model", status="raised", stage="runtime plan", reason=reason)
+
+    outcomes = [
+        raised("a", "IndexError: tuple index out of range [x/runtime.py:51]"),
+        raised("b", "IndexError: tuple index out of range [y/runtime.py:60]"),
+        Outcome("c", "CModel", status="pass", graphs=1, breaks=0, dynamo_graphs=1, dynamo_breaks=0),
+        Outcome("d", "DModel", status="pass", graphs=0, breaks=0, dynamo_graphs=1, dynamo_breaks=0,
+                eager_frames=["D.forward: a call to id() is not supported [m.py:3]",
+                              "E.forward: a call to id() is not supported [n.py:9]"]),
+        Outcome("e", "EModel", status="wrong", graphs=1, breaks=0, reason="differs from eager at out[2] (relative error 0.6)"),
+    ]
+    groups = group(outcomes, lambda o: [o.reason] if o.status == "raised" else [])
+    assert [(count, models) for _, count, models in groups] == [(2, ["a", "b"])]
+    frames = group(outcomes, lambda o: o.eager_frames)
+    assert len(frames) == 2 and all(count == 1 for _, count, _ in frames)
+    write_results(str(tmp_path / "sweep"), outcomes, {"device": "cpu", "dtype": "float32", "mode": "inference"})
+    data = json.loads((tmp_path / "sweep.json").read_text())
+    assert data["summary"]["raised_from_fireclay"] == 2 and data["summary"]["silently_wrong"] == 1
+    assert data["summary"]["one_graph_no_eager_frame"] == 2 and data["summary"]["dynamo_one_graph"] == 2
+    assert "| 2 | runtime plan: IndexError: tuple index out of range | a, b |" in (tmp_path / "sweep.md").read_text()

@@ -23,6 +23,7 @@ from fireclay_autograd.layouts import BackwardAtFirstCall
 from fireclay_autograd.partition import Partition, partition
 from fireclay_autograd.runtime import InferenceRuntime, OutputPlan, TrainingRuntime
 from fireclay_ir import IRError, Program, Weight, bind_inputs
+from fireclay_ir.stages import in_stage
 
 Backend = Callable[[Program, list[torch.Tensor]], Callable[..., Sequence[Any]]]
 
@@ -121,7 +122,8 @@ def _aot_graphs(program: Program, inputs: list[Any], partitioner: str, mode: Any
     f = traced.functional
     num_fw_outputs = f.num_user_outputs + len(f.mutated_inputs)
     hints = {n: i.hint for n, i in mode.env.symbols.items()} if mode is not None else None
-    part = partition(traced.graph, traced.num_forward_inputs, num_fw_outputs, strategy=partitioner, hints=hints)
+    with in_stage("partitioning"):
+        part = partition(traced.graph, traced.num_forward_inputs, num_fw_outputs, strategy=partitioner, hints=hints)
     part.forward = _specialised(_program(part.forward.main, program, traced.constants), mode)
     part.backward = _specialised(_program(part.backward.main, program), mode)
     return AOTGraphs(traced, part)

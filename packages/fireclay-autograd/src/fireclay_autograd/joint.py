@@ -20,6 +20,7 @@ from fireclay_autograd.fake import FakeMode, FakeTensor, mode_for, torch_dim
 from fireclay_autograd.functionalize import FunctionalGraph, functionalize
 from fireclay_autograd.tracer import AUTOGRAD_META_KEY, CARRIED_META, AtenTracer
 from fireclay_ir import Graph, InputSpec, IRError, Node, Program, Value
+from fireclay_ir.stages import in_stage
 
 
 @dataclass
@@ -114,11 +115,13 @@ def trace_forward(program: Program, inputs: list[Any], *, regenerate_aliases: bo
                   mode: FakeMode | None = None) -> TracedGraph:
     """The inference path: the program as one functional aten graph, no autograd. With
     ``mode`` (see :func:`symbolic_mode`) the graph keeps the program's symbolic sizes."""
-    tracer, fakes = _start(program, inputs, "forward", grad=False, mode=mode)
-    with torch.no_grad(), tracer:
-        outs = _run(program, tracer, fakes)
-    tracer.graph.set_outputs(_output_values(tracer, outs))
-    functional = functionalize(tracer.graph, len(outs), regenerate_aliases=regenerate_aliases, mode=tracer.mode)
+    with in_stage("aten tracing"):
+        tracer, fakes = _start(program, inputs, "forward", grad=False, mode=mode)
+        with torch.no_grad(), tracer:
+            outs = _run(program, tracer, fakes)
+        tracer.graph.set_outputs(_output_values(tracer, outs))
+    with in_stage("functionalization"):
+        functional = functionalize(tracer.graph, len(outs), regenerate_aliases=regenerate_aliases, mode=tracer.mode)
     return TracedGraph(functional, len(fakes), dict(tracer.constants), output_requires_grad=[False] * len(outs),
                        mode=tracer.mode)
 
@@ -135,6 +138,36 @@ def trace_joint(program: Program, inputs: list[Any], *, mode: FakeMode | None = 
     handed back as views of that base: the base is a differentiable output (added at the end,
     hidden from the user, when it is not one already) and the runtime makes the views outside
     the compiled function, so gradients flow through them as in eager (``alias_outputs``)."""
+    with in_stage("aten tracing"):
+        joint = _trace_joint(program, inputs, mode, alias_outputs)
+    tracer, outs, regenerated = joint.tracer, joint.outputs, joint.regenerated
+    with in_stage("functionalization"):
+        functional = functionalize(tracer.graph, len(outs), regenerate_aliases=False, mode=tracer.mode,
+                                   output_bases=bool(regenerated))
+    if any(functional.output_aliases[i] is None for i in regenerated):
+        # Functionalization sees the aliasing differently: hand back separate tensors instead.
+        return trace_joint(program, inputs, mode=mode, alias_outputs=False)
+    functional.num_hidden_outputs = len(outs) - joint.num_user_outputs
+    return TracedGraph(
+        functional, joint.num_inputs, dict(tracer.constants), joint.tangent_outputs, joint.grad_inputs,
+        output_requires_grad=[i in joint.tangent_outputs for i in range(len(outs))], mode=tracer.mode,
+    )
+
+
+@dataclass
+class _JointTrace:
+    """The joint graph as traced, before functionalization."""
+
+    tracer: AtenTracer
+    num_inputs: int
+    outputs: list[Any]  # the user's outputs, then hidden bases of outputs remade as views
+    num_user_outputs: int
+    tangent_outputs: list[int]
+    grad_inputs: list[int]
+    regenerated: set[int]  # outputs the runtime remakes as views of a hidden base
+
+
+def _trace_joint(program: Program, inputs: list[Any], mode: FakeMode | None, alias_outputs: bool) -> _JointTrace:
     tracer, fakes = _start(program, inputs, "joint", grad=True, mode=mode)
     with torch.enable_grad(), tracer, tracer.node_meta({"autograd.phase": "forward"}):
         outs = _run(program, tracer, fakes, tag_autograd=True)
@@ -163,16 +196,8 @@ def trace_joint(program: Program, inputs: list[Any], *, mode: FakeMode | None = 
     tracer.graph.set_outputs(out_values + grad_values)
     # Program inputs, then lifted constants, then tangents.
     _inputs_in_order(tracer.graph, len(fakes), len(tangents))
-    functional = functionalize(tracer.graph, len(outs), regenerate_aliases=False, mode=tracer.mode,
-                               output_bases=bool(regenerated))
-    if any(functional.output_aliases[i] is None for i in regenerated):
-        # Functionalization sees the aliasing differently: hand back separate tensors instead.
-        return trace_joint(program, inputs, mode=mode, alias_outputs=False)
-    functional.num_hidden_outputs = len(outs) - num_outputs
-    return TracedGraph(
-        functional, len(fakes), dict(tracer.constants), tangent_outputs, grad_inputs,
-        output_requires_grad=[i in tangent_outputs for i in range(len(outs))], mode=tracer.mode,
-    )
+    return _JointTrace(tracer=tracer, num_inputs=len(fakes), outputs=outs, num_user_outputs=num_outputs,
+                       tangent_outputs=tangent_outputs, grad_inputs=grad_inputs, regenerated=regenerated)
 
 
 def _shared_bases(outs: list[Any], inputs: list[Any]) -> tuple[list[Any], set[int]]:

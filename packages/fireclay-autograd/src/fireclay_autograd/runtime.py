@@ -17,6 +17,7 @@ import torch
 
 from fireclay_autograd.convert import evaluate
 from fireclay_autograd.functionalize import OutputAlias
+from fireclay_ir.stages import tag
 
 CompiledFn = Callable[..., Sequence[Any]]
 
@@ -39,23 +40,30 @@ class OutputPlan:
 
     def finish(self, inputs: Sequence[Any], results: Sequence[Any], symbols: dict[str, int] | None = None) -> tuple:
         """Write mutations back into ``inputs`` and rebuild aliasing outputs (``symbols``: the
-        values of the symbolic sizes in their view chains)."""
-        n, m = self.num_user_outputs, len(self.mutated_inputs)
-        user = list(results[:n])
-        if m:
-            with torch.no_grad():
-                for index, new in zip(self.mutated_inputs, results[n:n + m]):
-                    inputs[index].copy_(new)
-        bases = results[n + m:n + m + self.num_intermediate_bases]
-        # Views of other outputs come last, so that they view what the user gets.
-        for i, alias in sorted(enumerate(self.output_aliases), key=lambda p: p[1] is not None and p[1].kind == "output"):
-            if alias is None:
-                continue
-            x = {"input": inputs, "intermediate": bases, "output": user}[alias.kind][alias.index]
-            for step in alias.chain:
-                x = step.apply(x, symbols)
-            user[i] = x
-        return tuple(user[:n - self.num_hidden_outputs])
+        values of the symbolic sizes in their view chains). The outputs are rebuilt before any
+        input is written, so that a failure here leaves the caller's tensors as they were (and
+        the call can be run again another way)."""
+        try:
+            n, m = self.num_user_outputs, len(self.mutated_inputs)
+            user = list(results[:n])
+            bases = results[n + m:n + m + self.num_intermediate_bases]
+            # Views of other outputs come last, so that they view what the user gets. Views are
+            # metadata only: an input viewed here sees the write-back below.
+            for i, alias in sorted(enumerate(self.output_aliases),
+                                   key=lambda p: p[1] is not None and p[1].kind == "output"):
+                if alias is None:
+                    continue
+                x = {"input": inputs, "intermediate": bases, "output": user}[alias.kind][alias.index]
+                for step in alias.chain:
+                    x = step.apply(x, symbols)
+                user[i] = x
+            if m:
+                with torch.no_grad():
+                    for index, new in zip(self.mutated_inputs, results[n:n + m]):
+                        inputs[index].copy_(new)
+            return tuple(user[:n - self.num_hidden_outputs])
+        except Exception as exc:
+            raise tag(exc, "runtime plan") from None
 
 
 @dataclass

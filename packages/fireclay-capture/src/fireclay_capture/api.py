@@ -29,6 +29,7 @@ from fireclay_capture.tracer import Tracer
 from fireclay_capture.variables.builder import wrap
 from fireclay_capture.variables.functions import is_generator_context_factory
 from fireclay_capture.variables.objects import _hooks_of
+from fireclay_ir.stages import describe, tag, warn_fallback
 
 log = logging.getLogger("fireclay_capture")
 # Channels a user turns on one by one (FIRECLAY_LOG=recompiles,graph_breaks,guards under fireclay).
@@ -135,6 +136,10 @@ class CapturedFunction:
         if self.module is not None and _hooks_of(self.module):
             # Hooks run around forward: call the module as is (its forward is not captured).
             self.stats.fallbacks += 1
+            warn_fallback(log, _code_place(self.code), "module hooks",
+                          f"running eagerly: {type(self.module).__name__}.forward ({_code_place(self.code)}) is not "
+                          "captured because the module has forward hooks or pre-hooks; remove them or compile "
+                          "the module's forward without hooks")
             return self.module(*args, **kwargs)
         return self._run(self._bind(args, kwargs), lambda: self.fn(*self._call_args(args), **kwargs))
 
@@ -291,12 +296,11 @@ class CapturedFunction:
                                       format_location(e.location), e.reason)
         except Exception as exc:  # a fault inside the capture: never the user's problem
             if self.fullgraph:
-                raise
+                raise tag(exc, "capture") from None
             self._leave_contexts(tx, prior_grad)
-            log.warning("fireclay_capture failed inside %s (%s:%d) and runs it eagerly: %s: %s",
-                        self.code.co_qualname, self.code.co_filename, self.code.co_firstlineno,
-                        type(exc).__name__, exc)
-            return self._fallback(tx, Unsupported(f"an internal error while capturing ({type(exc).__name__}: {exc})"))
+            failure = Unsupported(f"the capture failed with an internal error ({describe(exc)})")
+            failure.location = getattr(exc, "capture_location", None)
+            return self._fallback(tx, failure, stage="capture failed")
         finally:
             torch.set_grad_enabled(prior_grad)
         if tx.shapes is not None:
@@ -323,11 +327,14 @@ class CapturedFunction:
         tx.entered_contexts.clear()
         torch.set_grad_enabled(prior_grad)
 
-    def _fallback(self, tx: Tracer, e: Unsupported) -> CacheEntry:
-        message = describe_unsupported(self.code, e)
+    def _fallback(self, tx: Tracer, e: Unsupported, stage: str = "unsupported code") -> CacheEntry:
         if self.fullgraph:
-            raise CaptureError(message) from None
-        log.info("running eagerly: %s", message)
+            raise CaptureError(describe_unsupported(self.code, e)) from None
+        if e.location is None:  # at least the function's own first line
+            e.location = {"file": self.code.co_filename, "line": self.code.co_firstlineno, "text": ""}
+        message = describe_unsupported(self.code, e, RUNS_EAGERLY)
+        # Never silent: the first time for this code object at WARNING, later at INFO.
+        warn_fallback(log, _code_place(self.code), stage, f"running eagerly: {message}")
         self.stats.fallbacks += 1
         # The guards gathered before the failure say when another trace could go differently.
         return CacheEntry(tx.guards.compile([]), None, None, None, reason=message)
@@ -375,11 +382,22 @@ _LIBRARIES = frozenset({"torch", "numpy", "fireclay_capture", "fireclay_ir", "fi
                         "contextlib", "logging", "warnings"})
 
 
-def describe_unsupported(code: types.CodeType, e: Unsupported) -> str:
+def _code_place(code: types.CodeType) -> str:
+    return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
+
+
+# What happens to a function the capture stopped in, said after the reason.
+SPLIT_OR_EAGER = ("Without fullgraph=True the function is split at this line (the graph before it is compiled, the "
+                  "line runs in Python, the rest is captured again), or runs eagerly where it cannot be split; to "
+                  "keep one graph, rewrite the line above or move it out of the captured function.")
+RUNS_EAGERLY = ("The function runs eagerly (fullgraph=True makes this an error); rewrite the line above or move it "
+                "out of the captured function to have it compiled.")
+
+
+def describe_unsupported(code: types.CodeType, e: Unsupported, then: str = SPLIT_OR_EAGER) -> str:
     lines = [f"fireclay_capture could not capture {code.co_qualname}: {e.reason}",
              f"  at {format_location(e.location)}"]
     for outer in reversed(e.stack):
         lines.append(f"  called from {format_location(outer)}")
-    lines.append("Without fullgraph=True this function runs eagerly; rewrite the line above or move it "
-                 "out of the captured function.")
+    lines.append(then)
     return "\n".join(lines)

@@ -40,6 +40,7 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(["cache_stats", "reset_cache_stats"], "fireclay.compile_cache"),
     **dict.fromkeys(["list_mode_options", "list_modes"], "fireclay.modes"),
     "wait_compiled": "fireclay.tiered",
+    "BackendCompilerFailed": "fireclay.fallback",
     **dict.fromkeys(["RecompileError", "allow_in_graph", "cond", "disable", "explain", "graph_break", "is_compiling",
                      "mark_dynamic", "set_stance"], "fireclay_capture"),
 }

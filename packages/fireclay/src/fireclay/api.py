@@ -12,9 +12,11 @@ import torch
 
 import fireclay
 from fireclay.backends import lookup_backend
+from fireclay.fallback import guarded_backend
 from fireclay.modes import resolve_options
-from fireclay.verify import falling_back, verifying
+from fireclay.verify import verifying
 from fireclay_capture import CapturedFunction, capture
+from fireclay_ir.stages import NOTICES
 
 fireclay._load_stages()
 
@@ -24,10 +26,12 @@ _live: weakref.WeakSet[CapturedFunction] = weakref.WeakSet()
 
 def reset() -> None:
     """Forget every compiled graph and guard: the next call of any compiled function or module
-    captures and compiles again (what a reset of TorchDynamo's caches does for torch.compile)."""
+    captures and compiles again (what a reset of TorchDynamo's caches does for torch.compile),
+    and fallbacks are reported again."""
     for captured in list(_live):
         captured.cache.entries.clear()
         captured.cache.given_up = False
+    NOTICES.clear()  # fallbacks are reported again
 
 
 def compile(
@@ -46,13 +50,17 @@ def compile(
     ``(program, example_inputs) -> callable``. ``mode`` (``default``, ``reduce-overhead``,
     ``max-autotune``, ``max-autotune-no-cudagraphs``) and ``options`` set backend options
     (``fireclay.list_mode_options(mode)`` shows them). ``fullgraph=True`` makes anything that
-    cannot be captured an error naming the file and line; otherwise that code runs eagerly.
+    cannot be captured in one graph, and any failure of a later stage, an error naming the file
+    and line; otherwise the function is split at such code (which runs in Python between the
+    graphs), a frame that cannot be captured at all runs eagerly, and a graph a later stage
+    fails on runs in the interpreter, each with one warning (see ``fireclay.fallback``).
     ``disable=True`` returns ``model`` unchanged.
     """
     _check_arguments(fullgraph=fullgraph, dynamic=dynamic, backend=backend, disable=disable)
     resolved = resolve_options(mode, options)
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", repr(backend))
-    compiler = verifying(falling_back(_with_options(lookup_backend(backend), resolved), name, fullgraph), name)
+    compiler = verifying(guarded_backend(_with_options(lookup_backend(backend), resolved, fullgraph), name, fullgraph),
+                         name)
 
     def wrap(target: Callable[..., Any]):
         if disable:
@@ -83,17 +91,21 @@ def _check_arguments(**values: Any) -> None:
         raise TypeError(f"fireclay.compile: backend must be a backend name or a callable, got {backend!r}")
 
 
-def _with_options(backend: Callable[..., Any], options: dict[str, Any]) -> Callable[..., Any]:
-    """Hand options to backends that take them (a keyword ``options``); others get none."""
+def _with_options(backend: Callable[..., Any], options: dict[str, Any], fullgraph: bool = False) -> Callable[..., Any]:
+    """Hand options to backends that take them (a keyword ``options``), and ``fullgraph`` to
+    those that take it (the ``fireclay`` backend: whether a failing aten graph may fall back)."""
     try:
         import inspect
 
-        takes_options = "options" in inspect.signature(backend).parameters
+        parameters = inspect.signature(backend).parameters
     except (TypeError, ValueError):
-        takes_options = False
-    if not takes_options:
-        return backend
-    return functools.partial(backend, options=options)
+        parameters = {}
+    extra: dict[str, Any] = {}
+    if "options" in parameters:
+        extra["options"] = options
+    if "fullgraph" in parameters:
+        extra["fullgraph"] = fullgraph
+    return functools.partial(backend, **extra) if extra else backend
 
 
 class OptimizedModule(torch.nn.Module):

@@ -1,5 +1,5 @@
-"""Safety around backends: fall back to the interpreter when a backend fails to compile, and
-(``config.verify_correctness``) run the reference interpreter beside every compiled call."""
+"""``config.verify_correctness``: run the reference interpreter beside every compiled call.
+(Falling back when a stage fails is :mod:`fireclay.fallback`; its names stay importable here.)"""
 
 from __future__ import annotations
 
@@ -11,50 +11,17 @@ from typing import Any
 import torch
 
 from fireclay.config import config
+from fireclay.fallback import BackendCompilerFailed, first_source
+from fireclay.fallback import guarded_backend as falling_back
 from fireclay_ir import Program, Weight, interpret
+
+__all__ = ["BackendCompilerFailed", "CorrectnessError", "falling_back", "first_source", "verifying"]
 
 log = logging.getLogger("fireclay")
 
 
 class CorrectnessError(AssertionError):
     """A compiled call's result differs from the reference interpreter's."""
-
-
-class BackendCompilerFailed(RuntimeError):
-    """A backend raised while compiling a captured graph (raised only under ``fullgraph=True``;
-    otherwise the graph runs in the interpreter and a warning says why)."""
-
-
-def falling_back(backend: Callable[..., Any], name: str, fullgraph: bool) -> Callable[..., Any]:
-    """Wrap ``backend`` so that a compile failure never reaches the user unless ``fullgraph``:
-    the graph then runs in fireclay-ir's interpreter (eager semantics), and the reason is logged."""
-
-    def compile_or_fall_back(program: Program, example_inputs: list) -> Callable[..., Any]:
-        try:
-            return backend(program, example_inputs)
-        except Exception as exc:
-            where = first_source(program)
-            if fullgraph:
-                raise BackendCompilerFailed(f"backend {name!r} failed on the graph captured from {where}: "
-                                            f"{type(exc).__name__}: {exc}") from exc
-            log.warning("fireclay: backend %r failed on the graph captured from %s (%s: %s); running that "
-                        "graph in the interpreter instead", name, where, type(exc).__name__,
-                        str(exc).splitlines()[0] if str(exc) else "")
-
-            def run(*inputs: Any) -> Any:
-                return interpret(program, *inputs)
-
-            return run
-
-    return compile_or_fall_back
-
-
-def first_source(program: Program) -> str:
-    for node in program.main.nodes:
-        src = node.meta.get("source")
-        if src:
-            return f"{src.get('file')}:{src.get('line')}"
-    return "an unknown location"
 
 
 def _clone(x: Any) -> Any:

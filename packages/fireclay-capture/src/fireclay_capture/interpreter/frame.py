@@ -134,6 +134,13 @@ class Frame:
                 # locals as they were: where a graph break would resume.
                 e.frame = self
             raise
+        except Exception as e:  # a fault of the capture itself: remember the innermost user line
+            if getattr(e, "capture_location", None) is None:
+                try:
+                    e.capture_location = self.tx.location(self)
+                except AttributeError:
+                    pass
+            raise
         finally:
             self.tx.frames.pop()
 

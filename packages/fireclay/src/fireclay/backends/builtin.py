@@ -12,11 +12,12 @@ from typing import Any
 from fireclay import stages
 from fireclay.compile_cache import AutogradArtifactCache, scheduled_program
 from fireclay.config import config
+from fireclay.fallback import first_source, guarded_codegen
 from fireclay.tiered import tiered
-from fireclay.verify import first_source
 from fireclay_autograd import aot_backend, compile_program, interpreter_backend
 from fireclay_capture.backends import eager as _capture_eager
 from fireclay_ir import Program
+from fireclay_ir.stages import in_stage
 
 Compiled = Callable[..., Any]
 
@@ -44,14 +45,14 @@ def _codegen_compiler(program: Program, example_inputs: list, options: dict[str,
     record = record or stages.new_graph(program, first_source(program))
     stages.write_program(record, "aten", program)
     origin = artifacts.origin(program) if artifacts is not None else None
-    with stages.stage("loops", record.label):
+    with stages.stage("loops", record.label), in_stage("lowering"):
         scheduled = scheduled_program(program, example_inputs, origin)
     if config.debug_dir:
         import fireclay_loops
 
         stages.write_program(record, "loops", fireclay_loops.to_program(scheduled))
     target = "triton" if _targets_gpu(example_inputs) else "cpp"
-    with stages.stage(target, record.label):
+    with stages.stage(target, record.label), in_stage("code generation"):
         compiled = _generate(scheduled, example_inputs, options, program, target)
     stages.write_code(record, target, compiled)
     return compiled
@@ -153,19 +154,16 @@ def _note_once(topic: str, message: str) -> None:
 
 def _codegen_or_interpreter(program: Program, example_inputs: list, options: dict[str, Any] | None = None,
                             artifacts: AutogradArtifactCache | None = None,
-                            record: stages.GraphRecord | None = None) -> Compiled:
-    """Code generation for one aten graph; if it fails, that graph runs in the interpreter (a
-    warning says why), so a gap in code generation costs speed, never a wrong answer."""
-    try:
-        return _codegen_compiler(program, example_inputs, options, artifacts, record=record)
-    except Exception as exc:
-        first = str(exc).splitlines()[0] if str(exc) else ""
-        log.warning("fireclay: code generation failed for an aten graph (%s: %s); running it in the "
-                    "interpreter instead", type(exc).__name__, first)
-        return interpreter_backend(program, example_inputs)
+                            record: stages.GraphRecord | None = None, fullgraph: bool = False) -> Compiled:
+    """Code generation for one aten graph; if it fails (or the generated code fails at a call),
+    that graph runs in the interpreter with one warning saying why, so a gap in code generation
+    costs speed, never a wrong answer or an error (``fullgraph``: the failure propagates)."""
+    return guarded_codegen(lambda: _codegen_compiler(program, example_inputs, options, artifacts, record=record),
+                           lambda: interpreter_backend(program, example_inputs), program, fullgraph)
 
 
-def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | None = None) -> Compiled:
+def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | None = None,
+             fullgraph: bool = False) -> Compiled:
     """The whole pipeline: autograd → loops → cpp (CPU) or triton (CUDA). ``options`` are the
     compile mode's (``cudagraphs``, ``max_autotune``: see ``fireclay.list_mode_options``).
     The autograd and loops stages' artifacts are reused across processes (fireclay.compile_cache).
@@ -179,6 +177,6 @@ def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | N
     # The autograd stage traces at the first call; the artifact cache times it (stage_times).
     artifacts = AutogradArtifactCache(program, example_inputs, record=record)
     codegen = functools.partial(_codegen_or_interpreter, options=dict(options or {}), artifacts=artifacts,
-                                record=record)
+                                record=record, fullgraph=fullgraph)
     return compile_program(program, example_inputs, fw_compiler=codegen, bw_compiler=codegen,
                            artifact_cache=artifacts)
