@@ -64,8 +64,11 @@ class AtenBuilder:
         op = op if op.startswith("aten::") else f"aten::{op}"
         result = aten_op(op)(*self._meta_arg(args), **{k: self._meta_arg(v) for k, v in kwargs.items()})
         results = list(result) if isinstance(result, (tuple, list)) else [result]
+        # results come from meta kernels: they live on the device of the graph's inputs
+        device = self.inputs[0].value.meta.device if self.inputs else "cpu"
         out = self.graph.call(op, self._ir_arg(args), {k: self._ir_arg(v) for k, v in kwargs.items()},
-                              out=[meta_of(r) if r is not None else ScalarType("opaque") for r in results])
+                              out=[meta_of(r).with_(device=device) if r is not None else ScalarType("opaque")
+                                   for r in results])
         handles = [Handle(v, r) for v, r in zip(out, results)]
         self.steps.append((op, args, kwargs, handles))
         return tuple(handles) if isinstance(result, (tuple, list)) else handles[0]

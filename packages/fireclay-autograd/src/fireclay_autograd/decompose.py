@@ -34,30 +34,9 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
                                                              momentum, eps)
 
 
-def _on_device_of(self, indices) -> list | None:
-    """``indices`` moved to ``self``'s device, or None when they are there already. Eager takes
-    CPU index tensors for a tensor on any device and copies them itself; in a graph that copy
-    is explicit, so that generated kernels only ever read memory of one device."""
-    if all(i is None or i.device == self.device for i in indices):
-        return None
-    return [i if i is None or i.device == self.device else i.to(self.device) for i in indices]
-
-
-def _index(self, indices):
-    moved = _on_device_of(self, indices)
-    return NotImplemented if moved is None else aten.index.Tensor(self, moved)
-
-
-def _unsafe_index(self, indices):
-    moved = _on_device_of(self, indices)
-    return NotImplemented if moved is None else aten._unsafe_index.Tensor(self, moved)
-
-
-# Decompositions of our own, consulted before torch's table (NotImplemented: record the op).
+# Decompositions of our own, consulted before torch's table.
 OWN_DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {
     aten.native_batch_norm.default: _native_batch_norm,
-    aten.index.Tensor: _index,
-    aten._unsafe_index.Tensor: _unsafe_index,
 }
 
 

@@ -131,6 +131,10 @@ class AtenTracer(CompilerDispatchMode):
         lift = lambda x: self.lift_constant(x) if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor) else x  # noqa: E731
         args = map_leaves(lift, args)
         kwargs = map_leaves(lift, kwargs)
+        if func._opname in _INDEXING and len(args) > 1 and _foreign_indices(args[0], args[1]):
+            with self:  # the copies are recorded too
+                args = (args[0], [i if i is None or i.device == args[0].device else i.to(args[0].device)
+                                  for i in args[1]], *args[2:])
         if torch.Tag.data_dependent_output in func.tags:
             raise TracingError(f"{name} produces a data-dependent value (like .item() or .tolist()), which a "
                                f"graph cannot hold yet{self._where()}\n  move it out of the compiled region")
@@ -301,3 +305,14 @@ def _size_result(func, index: int, value: Any) -> bool:
         return False
     returns = func._schema.returns
     return index < len(returns) and str(returns[index].type) in ("int", "SymInt")
+
+
+# Ops taking index tensors as their second argument. Eager takes CPU index tensors for a tensor
+# on any device and copies them itself; in a graph the copy is explicit, so that generated kernels
+# only ever read one device's memory (the backward of ``x[cpu_idx]`` included).
+_INDEXING = {"index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put"}
+
+
+def _foreign_indices(target: Any, indices: Any) -> bool:
+    return (isinstance(target, torch.Tensor) and isinstance(indices, (list, tuple))
+            and any(isinstance(i, torch.Tensor) and i.device != target.device for i in indices))

@@ -177,7 +177,7 @@ def _mode_of(args, kwargs) -> FakeMode:
 _COPY_OPS = {aten._to_copy.default, aten.copy_.default, aten.copy.default, aten._copy_from.default,
              aten._copy_from_and_resize.default}
 # Indexing takes index tensors on the CPU for a tensor on any device (eager moves them).
-_INDEX_OPS = {"index", "_unsafe_index"}
+_INDEX_OPS = {"index", "_unsafe_index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index_put"}
 
 
 class FakeMode(CompilerDispatchMode):
