@@ -14,6 +14,7 @@ from fireclay_ir.passes.effects import has_side_effects, is_pure
 from fireclay_ir.passes.inline import inline_subgraphs
 from fireclay_ir.passes.manager import PassManager, PassRecord, fingerprint
 from fireclay_ir.passes.rewrite import Match, Pattern, copy_graph_into, find_matches, rewrite, rewrite_pass
+from fireclay_ir.passes.split import ProgramPiece, SplitProgram, split_program
 
 GENERIC_PIPELINE = [
     inline_subgraphs,                  # checkpointed regions become plain nodes (forward view)
@@ -24,7 +25,8 @@ GENERIC_PIPELINE = [
 ]
 
 __all__ = [
-    "GENERIC_PIPELINE", "Match", "PassManager", "PassRecord", "Pattern", "common_subexpression_elimination",
+    "GENERIC_PIPELINE", "Match", "PassManager", "PassRecord", "Pattern", "ProgramPiece", "SplitProgram", "common_subexpression_elimination",
     "copy_graph_into", "dead_code_elimination", "find_matches", "fingerprint", "has_side_effects",
-    "inline_subgraphs", "is_pure", "prune_unused_graphs", "rewrite", "rewrite_pass", "topological_sort",
+    "inline_subgraphs", "is_pure", "prune_unused_graphs", "rewrite", "rewrite_pass", "split_program",
+    "topological_sort",
 ]
