@@ -12,6 +12,7 @@ import torch
 
 import fireclay
 from fireclay.backends import lookup_backend
+from fireclay.distributed import ddp_aware, forward_replaced, is_data_parallel, is_fully_sharded
 from fireclay.fallback import guarded_backend
 from fireclay.modes import resolve_options
 from fireclay.verify import verifying
@@ -67,7 +68,20 @@ def compile(
             return target
         if not callable(target):
             raise TypeError(f"fireclay.compile takes a function or an nn.Module, got {type(target).__name__}")
-        compiled = capture(target, backend=compiler, fullgraph=fullgraph, dynamic=dynamic)
+        if is_data_parallel(target):
+            # DDP's forward (its bucket bookkeeping, buffer broadcast, hooks on the outputs) runs
+            # eagerly; only the wrapped module's forward is captured, as TorchDynamo does.
+            compiled = capture(target.module.forward, backend=ddp_aware(compiler), fullgraph=fullgraph,
+                               dynamic=dynamic)
+            _live.add(compiled)
+            return DataParallelModule(target, compiled)
+        if is_fully_sharded(target):
+            # FSDP2's hooks gather the sharded (DTensor) parameters into plain tensors before the
+            # forward and free them after: they run eagerly around the captured forward.
+            compiled = capture(target.forward, backend=ddp_aware(compiler), fullgraph=fullgraph, dynamic=dynamic)
+            _live.add(compiled)
+            return HookedModule(target, compiled)
+        compiled = capture(target, backend=ddp_aware(compiler), fullgraph=fullgraph, dynamic=dynamic)
         _live.add(compiled)
         if isinstance(target, torch.nn.Module):
             return OptimizedModule(target, compiled)
@@ -135,3 +149,27 @@ class OptimizedModule(torch.nn.Module):
 
     def __repr__(self) -> str:
         return f"OptimizedModule({self._orig_mod!r})"
+
+
+class DataParallelModule(OptimizedModule):
+    """A compiled ``DistributedDataParallel``: DDP's own forward runs eagerly around the wrapped
+    module, whose forward is the compiled one for the length of the call (so the module's hooks,
+    DDP's reducer and its autograd hooks on the parameters work as in eager)."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        ddp = self._orig_mod
+        with forward_replaced(ddp.module, self._compiled):
+            return ddp(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"DataParallelModule({self._orig_mod!r})"
+
+
+class HookedModule(OptimizedModule):
+    """A compiled module whose own hooks must run around its forward (FSDP2's gather and free):
+    calling it calls the module, whose forward is the compiled one for the length of the call."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        module = self._orig_mod
+        with forward_replaced(module, self._compiled):
+            return module(*args, **kwargs)

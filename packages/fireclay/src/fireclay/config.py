@@ -58,6 +58,10 @@ class Config:
     # On a terminal (stderr a tty, no CI variable), show which graph and stage a compile is in once
     # it has taken longer than 2 s (fireclay.stages).
     show_progress: bool = True
+    # Under DistributedDataParallel, cut each captured graph at DDP's gradient bucket boundaries
+    # and compile the pieces separately, so a bucket's all-reduce starts while the backward of
+    # the earlier pieces still runs (TorchDynamo's DDPOptimizer).
+    optimize_ddp: bool = True
 
     def patch(self, **changes: Any) -> _Patch:
         """Set knobs temporarily; usable as ``with config.patch(...)`` and ``@config.patch(...)``."""
