@@ -9,6 +9,7 @@ backward reached the model's input).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -76,7 +77,7 @@ MODELS = {"mlp": (MLP, (8, 16), (8, 4)), "transformer": (Transformer, (2, 6, 8),
 class Case:
     name: str
     model: str
-    wrap: str          # "compile(ddp)", "ddp(compile)", "fsdp2-blocks", "fsdp2-whole"
+    wrap: str          # "compile(ddp)", "ddp(compile)", "fsdp2-blocks", "fsdp2-whole", "dtensor"
     backend: str = "aot_eager"
     optimize_ddp: bool = True
     bucket_cap_mb: float = 0.002
@@ -177,23 +178,66 @@ def _fsdp_run(case: Case, compiled: bool, counter: list):
     return _full_params(model)
 
 
+def _dtensor_run(case: Case, compiled: bool, counter: list):
+    """A module whose parameters and input are DTensors, compiled without FSDP2's hooks to turn
+    them into plain tensors: the frame must run eagerly (with one warning), never wrongly."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    model = _fresh(case.model)
+    for module in model.modules():
+        for name, p in list(module.named_parameters(recurse=False)):
+            setattr(module, name, torch.nn.Parameter(distribute_tensor(p.detach(), mesh, [Replicate()])))
+    shapes = MODELS[case.model][1:]
+    compile_, backend = _counting(case.backend, counter)
+    runnable = compile_(model, backend=backend) if compiled else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(STEPS):
+        x, y = (distribute_tensor(t, mesh, [Replicate()]) for t in _batch(shapes, step, 0))
+        loss = F.mse_loss(runnable(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return _full_params(model)
+
+
+class _Warnings(logging.Handler):
+    """fireclay's fallback notices (logged at WARNING once per place) and Python warnings."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 def run_case(case: Case) -> Outcome:
     import fireclay
 
     outcome = Outcome(case.name)
     counter: list = []
     comm_log: list = []
+    notices = _Warnings()
+    loggers = [logging.getLogger(name) for name in ("fireclay", "fireclay_capture")]
+    for logger in loggers:
+        logger.addHandler(notices)
     try:
         with warnings.catch_warnings(record=True) as caught, fireclay.config.patch(optimize_ddp=case.optimize_ddp):
             warnings.simplefilter("always")
             fireclay.reset()
-            if case.wrap.startswith("fsdp2"):
+            if case.wrap == "dtensor":
+                expected = _dtensor_run(case, False, [])
+                got = _dtensor_run(case, True, counter)
+            elif case.wrap.startswith("fsdp2"):
                 expected = _fsdp_run(case, False, [])
                 got = _fsdp_run(case, True, counter)
             else:
                 expected = _ddp_run(case, False, [], None)
                 got = _ddp_run(case, True, counter, comm_log)
-        outcome.warnings = sorted({str(w.message).splitlines()[0] for w in caught if "fireclay" in str(w.message)})
+        outcome.warnings = [m.splitlines()[0] for m in notices.messages]
+        outcome.warnings += [str(w.message).splitlines()[0] for w in caught if "fireclay" in str(w.message)]
         outcome.max_difference = max((a - b).abs().max().item() for a, b in zip(expected, got, strict=True))
         outcome.graphs_compiled = len(counter)
         # The first step's log: parameter gradients ready before the backward reached the input.
@@ -203,6 +247,9 @@ def run_case(case: Case) -> Outcome:
         import traceback
 
         outcome.error = "".join(traceback.format_exception(exc))[-3000:]
+    finally:
+        for logger in loggers:
+            logger.removeHandler(notices)
     return outcome
 
 

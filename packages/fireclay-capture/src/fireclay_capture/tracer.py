@@ -76,6 +76,11 @@ class Tracer:
             raise Unsupported(f"a {value.layout} tensor input")
         if type(value) not in (torch.Tensor, torch.nn.Parameter) and not isinstance(value, torch.nn.Parameter):
             raise Unsupported(f"a tensor subclass input ({type(value).__name__})")
+        if type(value).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
+            # A parameter whose data is a dispatching subclass (DTensor under FSDP2 or tensor
+            # parallelism) passes the Parameter check above, but its ops are not plain tensor ops.
+            raise Unsupported(f"a tensor subclass input ({type(value).__name__}): tensor subclasses "
+                              "with their own dispatch, such as DTensor, are not captured")
         dims = self._dynamic_dims_of(value, source, weight)
         if dims and self.shapes is None:
             self.shapes = ShapeSession()
