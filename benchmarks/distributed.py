@@ -1,0 +1,282 @@
+"""Training throughput and losses of compiled models under DDP and FSDP2, one process per GPU.
+
+    python -m benchmarks.distributed                        # every visible GPU, NCCL, bf16, 20 steps
+    python -m benchmarks.distributed --world-size 2 --models gpt2 --parallel ddp
+    python -m benchmarks.distributed --tiny                 # CPU, gloo, 2 processes: a smoke test
+    python -m benchmarks.distributed --profile results/     # also a profiler trace of fireclay DDP
+
+For each model (GPT-2 and Llama-style, about 100M parameters, random weights built from a config),
+each parallelism (``ddp``: ``DistributedDataParallel``, the compiler wrapping the DDP module;
+``fsdp2``: ``fully_shard`` on every transformer block and the root, each block compiled) and each
+backend (``eager``, ``inductor`` = ``torch.compile``, ``fireclay`` = ``fireclay.compile``), every
+rank trains a fresh copy from the same seed on its own batches for ``--steps`` AdamW steps. The
+table gives tokens/s over all ranks after ``--warmup`` steps and the largest loss difference to
+eager's at any step. Processes are started with ``torch.multiprocessing.spawn`` (no torchrun):
+rank r uses ``cuda:r`` and NCCL, or gloo on CPU. Results go to ``--out`` as JSON and Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import socket
+import time
+
+import torch
+import torch.distributed as dist
+
+
+@dataclasses.dataclass
+class Settings:
+    world_size: int
+    device: str
+    dtype: str
+    steps: int
+    warmup: int
+    batch: int
+    seq: int
+    models: list[str]
+    parallel: list[str]
+    backends: list[str]
+    tiny: bool
+    profile: str
+    out: str
+    port: int
+
+
+@dataclasses.dataclass
+class Row:
+    model: str
+    parallel: str
+    backend: str
+    parameters: int = 0
+    tokens_per_s: float = 0.0
+    compile_s: float = 0.0
+    losses: list[float] = dataclasses.field(default_factory=list)
+    max_loss_difference: float | None = None
+    error: str = ""
+
+
+def build_model(name: str, tiny: bool) -> torch.nn.Module:
+    """A causal LM with random weights: GPT-2 (124M at full size) or Llama-style (about 100M)."""
+    if name == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        size = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128) if tiny else {}
+        cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **size)
+        return GPT2LMHeadModel(cfg)
+    if name == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        size = (dict(hidden_size=64, intermediate_size=172, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, vocab_size=512) if tiny else
+                dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=10, num_attention_heads=12,
+                     num_key_value_heads=4, vocab_size=32000))
+        return LlamaForCausalLM(LlamaConfig(max_position_embeddings=2048, **size))
+    raise SystemExit(f"unknown model {name!r}: gpt2 or llama")
+
+
+def blocks_of(model: torch.nn.Module) -> torch.nn.ModuleList:
+    inner = getattr(model, "transformer", None) or getattr(model, "model", None)
+    return inner.h if hasattr(inner, "h") else inner.layers
+
+
+def compiler_for(backend: str):
+    if backend == "eager":
+        return lambda m: m
+    if backend == "inductor":
+        return torch.compile
+    if backend == "fireclay" or backend.startswith("fireclay-"):
+        import fireclay
+
+        name = "fireclay" if backend == "fireclay" else backend.removeprefix("fireclay-")
+        return lambda m: fireclay.compile(m, backend=name)
+    raise SystemExit(f"unknown backend {backend!r}: eager, inductor, fireclay or fireclay-NAME")
+
+
+def prepare(model: torch.nn.Module, parallel: str, backend: str, device: torch.device) -> torch.nn.Module:
+    compile_ = compiler_for(backend)
+    if parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        return compile_(ddp)
+    if parallel == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        blocks = blocks_of(model)
+        for i, block in enumerate(blocks):
+            fully_shard(block)
+            blocks[i] = compile_(block)
+        fully_shard(model)
+        return model
+    raise SystemExit(f"unknown parallelism {parallel!r}: ddp or fsdp2")
+
+
+def batch(s: Settings, vocab: int, step: int, rank: int, device: torch.device) -> torch.Tensor:
+    g = torch.Generator().manual_seed(10_000 * step + rank)
+    return torch.randint(0, vocab, (s.batch, s.seq), generator=g).to(device)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(s: Settings, model_name: str, parallel: str, backend: str, rank: int, device: torch.device) -> Row:
+    row = Row(model_name, parallel, backend)
+    torch.manual_seed(0)
+    model = build_model(model_name, s.tiny).to(device=device, dtype=getattr(torch, s.dtype))
+    row.parameters = sum(p.numel() for p in model.parameters())
+    vocab = model.config.vocab_size
+    runnable = prepare(model, parallel, backend, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    started = None
+    for step in range(s.steps):
+        if step == s.warmup:
+            synchronize(device)
+            dist.barrier()
+            started = time.perf_counter()
+        t0 = time.perf_counter()
+        ids = batch(s, vocab, step, rank, device)
+        loss = runnable(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        summed = loss.detach().float().clone()
+        dist.all_reduce(summed)
+        row.losses.append(summed.item() / s.world_size)
+        if step == 0:
+            row.compile_s = time.perf_counter() - t0
+    synchronize(device)
+    seconds = time.perf_counter() - started
+    row.tokens_per_s = (s.steps - s.warmup) * s.batch * s.seq * s.world_size / seconds
+    if s.profile and parallel == "ddp" and backend.startswith("fireclay"):
+        # Every rank runs the profiled steps (DDP's all-reduce needs them all); rank 0 records.
+        profile(runnable, opt, s, vocab, rank, device, f"{model_name}-{parallel}-{backend}")
+    return row
+
+
+def profile(runnable, opt, s: Settings, vocab: int, rank: int, device: torch.device, name: str) -> None:
+    """A Chrome trace of three steps: the all-reduces should overlap the backward's kernels."""
+    import contextlib
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    recording = profiler(activities=activities) if rank == 0 else contextlib.nullcontext()
+    with recording as prof:
+        for step in range(3):
+            ids = batch(s, vocab, s.steps + step, rank, device)
+            runnable(input_ids=ids, labels=ids).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        synchronize(device)
+    if rank != 0:
+        return
+    os.makedirs(s.profile, exist_ok=True)
+    prof.export_chrome_trace(os.path.join(s.profile, f"trace-{name}.json"))
+
+
+def worker(rank: int, s: Settings) -> None:
+    if s.device == "cuda":
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if s.device == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{s.port}",
+                            rank=rank, world_size=s.world_size, device_id=device if s.device == "cuda" else None)
+    rows = []
+    try:
+        for model_name in s.models:
+            for parallel in s.parallel:
+                for backend in s.backends:
+                    try:
+                        rows.append(train(s, model_name, parallel, backend, rank, device))
+                    except Exception as exc:  # one failing cell is reported, the rest still run
+                        rows.append(Row(model_name, parallel, backend, error=f"{type(exc).__name__}: {exc}"[:500]))
+                    if rank == 0:
+                        r = rows[-1]
+                        print(f"{model_name} {parallel} {backend}: {r.tokens_per_s:,.0f} tokens/s "
+                              f"{r.error or ''}", flush=True)
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        report(s, rows)
+
+
+def report(s: Settings, rows: list[Row]) -> None:
+    eager = {(r.model, r.parallel): r.losses for r in rows if r.backend == "eager" and r.losses}
+    for r in rows:
+        ref = eager.get((r.model, r.parallel))
+        if ref and r.losses:
+            r.max_loss_difference = max(abs(a - b) for a, b in zip(ref, r.losses))
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M")
+    base = os.path.join(s.out, f"distributed-{s.device}-{s.world_size}x-{'tiny-' if s.tiny else ''}{stamp}")
+    os.makedirs(s.out, exist_ok=True)
+    with open(base + ".json", "w") as f:
+        json.dump({"settings": dataclasses.asdict(s), "torch": torch.__version__,
+                   "gpu": torch.cuda.get_device_name(0) if s.device == "cuda" else "",
+                   "rows": [dataclasses.asdict(r) for r in rows]}, f, indent=1)
+    lines = [f"# distributed training: {s.world_size} x {s.device}, {s.dtype}, batch {s.batch} x {s.seq} per rank, "
+             f"{s.steps} steps ({s.warmup} warm-up)", "",
+             "| model | parallel | backend | params | tokens/s | vs eager | first step s | max loss diff | note |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    speed = {(r.model, r.parallel): r.tokens_per_s for r in rows if r.backend == "eager"}
+    for r in rows:
+        base_speed = speed.get((r.model, r.parallel)) or 0
+        ratio = f"{r.tokens_per_s / base_speed:.2f}x" if base_speed and r.tokens_per_s else ""
+        diff = "" if r.max_loss_difference is None else f"{r.max_loss_difference:.2e}"
+        lines.append(f"| {r.model} | {r.parallel} | {r.backend} | {r.parameters / 1e6:.1f}M | {r.tokens_per_s:,.0f} | "
+                     f"{ratio} | {r.compile_s:.1f} | {diff} | {r.error} |")
+    with open(base + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {base}.json and .md")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world-size", type=int, default=0, help="processes (default: GPUs, or 2 on CPU)")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="", help="bfloat16 (default on CUDA) or float32 (default on CPU)")
+    p.add_argument("--steps", type=int, default=0, help="default 20 (4 with --tiny)")
+    p.add_argument("--warmup", type=int, default=0, help="steps left out of tokens/s (default 5; 1 with --tiny)")
+    p.add_argument("--batch", type=int, default=0, help="sequences per rank (default 8; 2 with --tiny)")
+    p.add_argument("--seq", type=int, default=0, help="tokens per sequence (default 1024; 32 with --tiny)")
+    p.add_argument("--models", default="gpt2,llama")
+    p.add_argument("--parallel", default="ddp,fsdp2")
+    p.add_argument("--backends", default="eager,inductor,fireclay")
+    p.add_argument("--tiny", action="store_true", help="tiny models on CPU with gloo: a smoke test")
+    p.add_argument("--profile", default="", help="folder for a profiler trace of fireclay under DDP (rank 0)")
+    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    a = p.parse_args(argv)
+    device = "cpu" if a.tiny else a.device
+    world = a.world_size or (torch.cuda.device_count() if device == "cuda" else 2)
+    if device == "cuda" and world > torch.cuda.device_count():
+        raise SystemExit(f"--world-size {world} needs {world} GPUs; {torch.cuda.device_count()} are visible")
+    s = Settings(world_size=world, device=device, dtype=a.dtype or ("bfloat16" if device == "cuda" else "float32"),
+                 steps=a.steps or (4 if a.tiny else 20), warmup=a.warmup or (1 if a.tiny else 5),
+                 batch=a.batch or (2 if a.tiny else 8), seq=a.seq or (32 if a.tiny else 1024),
+                 models=a.models.split(","), parallel=a.parallel.split(","), backends=a.backends.split(","),
+                 tiny=a.tiny, profile=a.profile, out=a.out, port=free_port())
+    if s.warmup >= s.steps:
+        raise SystemExit("--warmup must be smaller than --steps")
+    os.environ.setdefault("FIRECLAY_BACKGROUND_COMPILE", "0")
+    if device == "cpu":
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) // world))
+    torch.multiprocessing.spawn(worker, args=(s,), nprocs=world, join=True)
+
+
+if __name__ == "__main__":
+    main()
