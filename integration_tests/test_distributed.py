@@ -85,4 +85,5 @@ def test_fsdp2_blocks_are_compiled(outcomes, name):
 def test_dtensor_parameters_fall_back_with_one_warning(outcomes):
     outcome = outcomes[0]["mlp-dtensor-parameters"]
     assert outcome["graphs_compiled"] == 0
+    # Five steps, one notice (fireclay's fallback notices are once per place).
     assert len(outcome["warnings"]) == 1 and "DTensor" in outcome["warnings"][0]
