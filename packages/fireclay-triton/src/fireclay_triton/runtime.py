@@ -39,11 +39,17 @@ def as_base(t: Any, name: str, dtype: torch.dtype, size: tuple, stride: tuple, o
 
 
 def pick_device(*inputs: Any) -> torch.device:
-    """Where the program's buffers go: the device of its first tensor input; with none, the GPU
-    (or the CPU in Triton's interpreter)."""
+    """Where the program's buffers go: the device of its first tensor input not on the CPU (index
+    tensors may come from the CPU, as eager allows; the program copies them over), else of its
+    first tensor input; with none, the GPU (or the CPU in Triton's interpreter)."""
+    first = None
     for t in inputs:
         if isinstance(t, torch.Tensor):
-            return t.device
+            if t.device.type != "cpu":
+                return t.device
+            first = t.device if first is None else first
+    if first is not None:
+        return first
     if torch.cuda.is_available() and not interpreting():
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
