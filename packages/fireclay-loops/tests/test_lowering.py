@@ -65,6 +65,20 @@ def test_a_copy_between_devices_is_the_librarys_transfer(target, extern):
     assert bool(externs) is extern
 
 
+def test_cpu_inputs_of_a_gpu_program_are_never_donated():
+    """A backward on the GPU may take a CPU index tensor saved by its forward: its memory must not
+    be reused for the program's buffers (kernels would write host memory)."""
+    from fireclay_ir import Device
+
+    h = Hand()
+    idx = h.graph.add_input("idx", TensorMeta("int64", (4,), device="cpu"))
+    x = h.graph.add_input("x", TensorMeta("float32", (4,), device="cuda:0"))
+    moved = h.op("_to_copy.default", idx, device=Device("cuda:0"), out=TensorMeta("int64", (4,), device="cuda:0"))
+    y = h.op("mul.Tensor", x, moved, out=TensorMeta("float32", (4,), device="cuda:0"))
+    loops = lower(h.program(y), donated=[0, 1])
+    assert loops.donated == {"in_x"}
+
+
 def symbolic_program():
     g = Graph("main")
     x = g.add_input("x", TensorMeta("float32", ("s0", "s1")))

@@ -289,6 +289,10 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
 
     ctx = LoweringContext(program, seed, channels_last)
     graph = ctx.graph
+    # Memory of one device can only be reused for buffers of that device: a program on a GPU
+    # that takes CPU index tensors (eager allows them) must not hand their memory to kernels.
+    devices = {v.meta.device.split(":")[0] for v in graph.inputs if not isinstance(v.type, ScalarType)}
+    foreign = {"cpu"} if devices - {"cpu", "meta"} else set()
     for pos, v in enumerate(graph.inputs):
         if isinstance(v.type, ScalarType):
             raise LoweringError(f"scalar graph input %{v.name} is not supported yet; pass sizes as symbols")
@@ -300,7 +304,7 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
         ctx.out.inputs.append(buf.name)
         ctx.out.nodes.append(InputBufferNode(f"input_{v.name}", buf.name, pos))
         ctx.env[v] = BufferValue(buf)
-        if pos in donated:
+        if pos in donated and t.device.split(":")[0] not in foreign:
             ctx.out.donated.add(buf.name)
         spec = graph.input_specs[pos]
         if spec.kind != "user":
