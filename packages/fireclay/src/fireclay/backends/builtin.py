@@ -154,10 +154,18 @@ def _note_once(topic: str, message: str) -> None:
 
 def _codegen_or_interpreter(program: Program, example_inputs: list, options: dict[str, Any] | None = None,
                             artifacts: AutogradArtifactCache | None = None,
-                            record: stages.GraphRecord | None = None, fullgraph: bool = False) -> Compiled:
+                            record: stages.GraphRecord | None = None, fullgraph: bool = False,
+                            backward: bool = False) -> Compiled:
     """Code generation for one aten graph; if it fails (or the generated code fails at a call),
     that graph runs in the interpreter with one warning saying why, so a gap in code generation
     costs speed, never a wrong answer or an error (``fullgraph``: the failure propagates)."""
+    if backward and _targets_gpu(example_inputs) and _host_tensors(example_inputs):
+        # A CUDA backward taking tensors its forward saved on the CPU (index tensors, which eager
+        # accepts for CUDA tensors) is not yet checked on a GPU in generated code: the library
+        # calls of the interpreter run it.
+        stages.hints_log.info("fireclay: a CUDA backward graph takes CPU tensors saved by its forward "
+                              "(index tensors made on the CPU); it runs in the interpreter")
+        return interpreter_backend(program, example_inputs)
     return guarded_codegen(lambda: _codegen_compiler(program, example_inputs, options, artifacts, record=record),
                            lambda: interpreter_backend(program, example_inputs), program, fullgraph)
 
@@ -178,5 +186,11 @@ def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | N
     artifacts = AutogradArtifactCache(program, example_inputs, record=record)
     codegen = functools.partial(_codegen_or_interpreter, options=dict(options or {}), artifacts=artifacts,
                                 record=record, fullgraph=fullgraph)
-    return compile_program(program, example_inputs, fw_compiler=codegen, bw_compiler=codegen,
-                           artifact_cache=artifacts)
+    return compile_program(program, example_inputs, fw_compiler=codegen,
+                           bw_compiler=functools.partial(codegen, backward=True), artifact_cache=artifacts)
+
+
+def _host_tensors(example_inputs: list) -> bool:
+    """Whether a graph takes CPU tensors beyond 0-dim ones (which eager lets meet any device)."""
+    return any(getattr(x, "device", None) is not None and x.device.type == "cpu" and x.dim() > 0
+               for x in example_inputs)
