@@ -132,3 +132,56 @@ def test_merged_dims_are_indexed_without_a_flat_index():
     assert divisions and all("+" not in d for d in divisions), text
     for got, want in zip(run(schedule(lower(program)), a, b), builder.eager(a, b)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def _pooled_heads(b, x):
+    """Hiera's pooled query: a 2x2 max-pool of an NCHW view of channels-last memory, moved back
+    to channels-last and split into heads. Eager's pool keeps the input's channels-last layout,
+    so the heads it hands attention have a dense last dimension; a pool stored NCHW does not."""
+    pooled, _ = b.call("max_pool2d_with_indices.default", x, [2, 2], [2, 2])
+    pixels = b.call("view.default", b.call("permute.default", pooled, [0, 2, 3, 1]), [2, 4, 2, 4])
+    return b.call("permute.default", pixels, [0, 2, 1, 3])
+
+
+def _attention_on_pooled_heads(b, x, k, v):
+    out, _ = b.call("_scaled_dot_product_flash_attention_for_cpu.default", _pooled_heads(b, x), k, v, scale=0.3)
+    return (out,)
+
+
+def _attention_backward_on_pooled_heads(b, x, k, v):
+    q, k, v = _pooled_heads(b, x), _pooled_heads(b, k), _pooled_heads(b, v)
+    out, lse = b.call("_scaled_dot_product_flash_attention_for_cpu.default", q, k, v, scale=0.3)
+    grad_out = b.call("exp.default", out)
+    return b.call("_scaled_dot_product_flash_attention_for_cpu_backward.default", grad_out, q, k, v, out, lse,
+                  0.0, False, scale=0.3)
+
+
+# (builder, its inputs' shapes: channels-last 4-D activations, contiguous head tensors)
+ATTENTION_CASES = [(_attention_on_pooled_heads, [(2, 8, 4, 4), (2, 2, 6, 4), (2, 2, 6, 4)]),
+                   (_attention_backward_on_pooled_heads, [(2, 8, 4, 4)] * 3)]
+
+
+@pytest.mark.parametrize("fusion", [True, False], ids=["fused", "unfused"])
+@pytest.mark.parametrize("build,shapes", ATTENTION_CASES, ids=[c[0].__name__ for c in ATTENTION_CASES])
+def test_fused_attention_reads_a_dense_last_dimension(build, shapes, fusion):
+    """The fused attention kernels (forward and backward) read query, key, value and output as
+    if their last dimension were dense, without checking: an operand whose buffer lowering laid
+    out otherwise is copied first (it returned wrong values with no error, SAM2's vision model)."""
+    gen = torch.Generator().manual_seed(11)
+
+    def make(shape):
+        t = torch.randn(shape, generator=gen)
+        return t.contiguous(memory_format=torch.channels_last) if shape[1] == 8 else t
+
+    builder = AtenBuilder()
+    program = builder.output(*build(builder, *(builder.input(make(s)) for s in shapes)))
+    scheduled = schedule(lower(program), fusion=fusion)
+    for step in scheduled.extern_calls:
+        for a in step.args:
+            if hasattr(a, "stride") and len(a.size) > 1:
+                assert a.stride[-1] == 1 or a.size[-1] == 1, str(scheduled)
+    fresh = [make(s) for s in shapes]
+    got, want = run(scheduled, *fresh), builder.eager(*fresh)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)

@@ -7,7 +7,8 @@ when the producer did not store them so already (a program input, say)."""
 
 from __future__ import annotations
 
-from fireclay_loops import layout
+from fireclay_ir import Value
+from fireclay_loops import exprs, layout
 from fireclay_loops.lowering.context import fallback
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import TensorValue
@@ -17,11 +18,26 @@ EXTERN_OPS = (
     "mm.default", "bmm.default", "baddbmm.default", "addmv.default", "mv.default",
     "linear.default",
     "scaled_dot_product_attention.default",
+)
+# The fused attention kernels behind scaled_dot_product_attention (forward and backward) read
+# their tensors (query, key, value, output, gradients) with the last dimension dense (stride 1)
+# without checking it: the public function picks one only for such operands, so the traced
+# graph's operands had that layout, but a layout lowering chose for an intermediate buffer need
+# not (a max-pooled query stored NCHW where eager kept it channels-last), and the kernel then
+# returns wrong values with no error.
+FUSED_ATTENTION_OPS = (
     "_scaled_dot_product_flash_attention_for_cpu.default",
     "_scaled_dot_product_efficient_attention.default",
     "_scaled_dot_product_flash_attention.default",
     "_scaled_dot_product_cudnn_attention.default",
 )
+FUSED_ATTENTION_BACKWARD_OPS = (
+    "_scaled_dot_product_flash_attention_for_cpu_backward.default",
+    "_scaled_dot_product_efficient_attention_backward.default",
+    "_scaled_dot_product_flash_attention_backward.default",
+    "_scaled_dot_product_cudnn_attention_backward.default",
+)
+EXTERN_OPS += FUSED_ATTENTION_OPS + FUSED_ATTENTION_BACKWARD_OPS
 
 
 def lower_extern(ctx, *args, **kwargs):
@@ -29,7 +45,36 @@ def lower_extern(ctx, *args, **kwargs):
 
 
 for _target in EXTERN_OPS:
-    register_lowering(_target)(lower_extern)
+    if _target not in FUSED_ATTENTION_OPS + FUSED_ATTENTION_BACKWARD_OPS:
+        register_lowering(_target)(lower_extern)
+
+
+def _dense_last_dim(ctx) -> dict:
+    """Contiguous copies of the current node's tensor arguments whose last dimension is not
+    dense in the buffer they view, by graph value."""
+    replace = {}
+    for a in [*ctx.node.args, *ctx.node.kwargs.values()]:
+        v = ctx.env.get(a) if isinstance(a, Value) else None
+        if not isinstance(v, TensorValue) or v.rank == 0 or a in replace:
+            continue
+        v = ctx.env[a] = ctx.realize(v)
+        if not exprs.equal(v.stride[-1], 1) and not exprs.equal(v.size[-1], 1):
+            replace[a] = ctx.pointwise(v.size, v.dtype, v.device, v.load, stride=exprs.contiguous_strides(v.size))
+    return replace
+
+
+def lower_fused_attention(ctx, *args, **kwargs):
+    return fallback(ctx, kind="extern", replace=_dense_last_dim(ctx))
+
+
+def lower_fused_attention_backward(ctx, *args, **kwargs):
+    return fallback(ctx, kind="fallback", replace=_dense_last_dim(ctx))
+
+
+for _target in FUSED_ATTENTION_OPS:
+    register_lowering(_target)(lower_fused_attention)
+for _target in FUSED_ATTENTION_BACKWARD_OPS:
+    register_lowering(_target)(lower_fused_attention_backward)
 
 
 def _channels_last_activations(ctx, positions: tuple[int, ...]) -> dict:
