@@ -169,6 +169,8 @@ def test_aten_op_resolves_overloads_and_names_a_missing_one():
 class _Scheduled:
     class program:
         inputs = ["a", "b"]
+        input_specs: dict = {}  # user inputs only: no weights to bind
+        weights: dict = {}
 
     def __str__(self) -> str:
         return "schedule"
