@@ -9,7 +9,6 @@ which is what a graph break needs to resume from.
 from __future__ import annotations
 
 import dis
-import sys
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from fireclay_capture import config
+from fireclay_capture.bytecode_versions import PY
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.variables.base import MUTATIONS, NULL, CellVar, Var, const
 from fireclay_capture.variables.containers import DictVar, IteratorVar, TupleVar
@@ -24,7 +24,6 @@ from fireclay_capture.variables.containers import DictVar, IteratorVar, TupleVar
 if TYPE_CHECKING:
     from fireclay_capture.tracer import Tracer
 
-PY = sys.version_info[:2]
 #: Instructions of the root frame a graph break can split at: the instruction then runs in plain
 #: Python between the graph and the resume function (see ``graph_break``).
 BREAKABLE = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE",
