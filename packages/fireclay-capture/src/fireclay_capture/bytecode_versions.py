@@ -37,6 +37,9 @@ LOAD_FAST_LOADS_CELLS = PY >= (3, 13)
 #: The instruction a resume function uses to push a cell object for a closure tuple.
 LOAD_CELL_OPNAME = "LOAD_FAST" if LOAD_FAST_LOADS_CELLS else "LOAD_CLOSURE"
 
+#: 3.13's POP_JUMP_IF_TRUE/FALSE test for the exact ``True``/``False`` objects (the compiler puts
+#: a TO_BOOL before them), so a jump rebuilt outside the original code needs its own TO_BOOL.
+BRANCH_NEEDS_TO_BOOL = PY >= (3, 13)
 #: 3.11 announces every CALL with a PRECALL.
 HAS_PRECALL = PY == (3, 11)
 
@@ -45,5 +48,5 @@ HAS_PRECALL = PY == (3, 11)
 #: POP_JUMP_IF_* and the assembler picks the direction.
 DIRECTIONAL_JUMPS = PY == (3, 11)
 
-__all__ = ["DIRECTIONAL_JUMPS", "END_FOR_POPS", "FOR_ITER_EXHAUSTED", "HAS_PRECALL", "LOAD_ATTR_HAS_METHOD_BIT",
+__all__ = ["BRANCH_NEEDS_TO_BOOL", "DIRECTIONAL_JUMPS", "END_FOR_POPS", "FOR_ITER_EXHAUSTED", "HAS_PRECALL", "LOAD_ATTR_HAS_METHOD_BIT",
            "LOAD_CELL_OPNAME", "LOAD_FAST_LOADS_CELLS", "NULL_AFTER_CALLABLE", "PY", "SUPPORTED"]

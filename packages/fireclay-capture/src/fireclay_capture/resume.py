@@ -179,10 +179,12 @@ def _break_and_leave(inst, trampoline: tuple, epilogue: list, line: int) -> list
     if inst.name in _FORWARD_BRANCH:
         leave_jump = Label()
         _epilogue(epilogue, leave_jump, jump_offset, out_layout, local_names, cell_names, line)
-        first = Instr(_FORWARD_BRANCH[inst.name], leave_jump, location=inst.location)
+        branch = [Instr(_FORWARD_BRANCH[inst.name], leave_jump, location=inst.location)]
+        if versions.BRANCH_NEEDS_TO_BOOL:
+            branch.insert(0, Instr("TO_BOOL", location=inst.location))
     else:
-        first = inst
-    return [first, Instr("JUMP_FORWARD", leave_next, lineno=line)]
+        branch = [inst]
+    return [*branch, Instr("JUMP_FORWARD", leave_next, lineno=line)]
 
 
 def _epilogue(out: list, label: Label, offset: int, layout: tuple[str, ...], local_names, cell_names,
