@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 import torch
 
 from fireclay_capture import config
-from fireclay_capture.bytecode_versions import PY
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.variables.base import MUTATIONS, NULL, CellVar, Var, const
 from fireclay_capture.variables.containers import DictVar, IteratorVar, TupleVar
@@ -216,4 +215,4 @@ def truth(frame: Frame, v: Var) -> bool:
         raise
 
 
-__all__ = ["HANDLERS", "Frame", "bind_arguments", "const", "handler", "truth", "PY"]
+__all__ = ["HANDLERS", "Frame", "bind_arguments", "const", "handler", "truth"]
