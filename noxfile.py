@@ -116,6 +116,18 @@ def integration(session: nox.Session) -> None:
     _pytest(session, "-n", "2", str(ROOT / "integration_tests"))
 
 
+@nox.session(name="capture-py313", python="3.13", reuse_venv=True)
+def capture_py313(session: nox.Session) -> None:
+    """fireclay-capture's conformance and break corpora on CPython 3.13 (not part of ``tests``).
+
+    torch for 3.13 comes from the registry as its CUDA build (several GB), so this environment is
+    kept and reused between runs instead of being rebuilt like the package sessions' ones."""
+    _install(session, *(_path(d) for d in ("fireclay-ir", "fireclay-shapes")),
+             f"{_path('fireclay-capture')}[test]", "torch")
+    tests = ROOT / "packages" / "fireclay-capture" / "tests"
+    _pytest(session, str(tests / "test_corpus.py"), str(tests / "test_graph_breaks.py"))
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff over the whole repository (configured in ruff.toml)."""

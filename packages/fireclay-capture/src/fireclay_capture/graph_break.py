@@ -389,11 +389,14 @@ def _run_in_trampoline(plan: BreakPlan, owner, stack: list, local_values: list) 
 def _capture_callee(plan: BreakPlan, owner, stack: list) -> None:
     """The function a break's call reaches is captured on its own: put its wrapper on the stack."""
     op = plan.opname
-    if op == "CALL":
-        below, top = len(stack) - plan.arg - 2, len(stack) - plan.arg - 1
+    if op in ("CALL", "CALL_KW"):
+        # Two slots sit under the arguments (and CALL_KW's names): NULL then the callable on
+        # 3.11/3.12, the callable then NULL on 3.13, or a bound method's function then its self.
+        top = len(stack) - plan.arg - (2 if op == "CALL_KW" else 1)
+        below = top - 1
         if stack[below] is NULL:
             stack[top] = owner.callee(stack[top])
-        elif stack[top] is not NULL:
+        else:
             stack[below] = owner.callee(stack[below])
     elif op == "CALL_FUNCTION_EX":
         at = len(stack) - 2 - (plan.arg & 1)

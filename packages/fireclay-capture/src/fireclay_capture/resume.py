@@ -19,11 +19,11 @@ instruction itself; right after it, a jump leaves every region for an epilogue t
 from __future__ import annotations
 
 import dis
-import sys
 import types
 
 from bytecode import Bytecode, CellVar, Instr, Label, TryBegin
 
+from fireclay_capture import bytecode_versions as versions
 from fireclay_capture.errors import Unsupported
 
 CO_VARARGS = 0x04
@@ -164,9 +164,8 @@ def cell_parameters(code: types.CodeType) -> tuple[str, ...]:
 
 
 THEN_ARG = "___then"
-_PY311 = sys.version_info[:2] == (3, 11)
 _FORWARD_BRANCH = {  # every conditional jump, as the forward jump of this Python's bytecode
-    name: ("POP_JUMP_FORWARD_IF_" if _PY311 else "POP_JUMP_IF_") + name.rsplit("_IF_", 1)[1]
+    name: ("POP_JUMP_FORWARD_IF_" if versions.DIRECTIONAL_JUMPS else "POP_JUMP_IF_") + name.rsplit("_IF_", 1)[1]
     for name in ("POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE",
                  "POP_JUMP_BACKWARD_IF_TRUE", "POP_JUMP_BACKWARD_IF_FALSE")}
 
@@ -180,10 +179,12 @@ def _break_and_leave(inst, trampoline: tuple, epilogue: list, line: int) -> list
     if inst.name in _FORWARD_BRANCH:
         leave_jump = Label()
         _epilogue(epilogue, leave_jump, jump_offset, out_layout, local_names, cell_names, line)
-        first = Instr(_FORWARD_BRANCH[inst.name], leave_jump, location=inst.location)
+        branch = [Instr(_FORWARD_BRANCH[inst.name], leave_jump, location=inst.location)]
+        if versions.BRANCH_NEEDS_TO_BOOL:
+            branch.insert(0, Instr("TO_BOOL", location=inst.location))
     else:
-        first = inst
-    return [first, Instr("JUMP_FORWARD", leave_next, lineno=line)]
+        branch = [inst]
+    return [*branch, Instr("JUMP_FORWARD", leave_next, lineno=line)]
 
 
 def _epilogue(out: list, label: Label, offset: int, layout: tuple[str, ...], local_names, cell_names,
@@ -192,8 +193,11 @@ def _epilogue(out: list, label: Label, offset: int, layout: tuple[str, ...], loc
     # Pop the whole stack into temporaries (STORE_FAST takes the interpreter's NULLs too).
     for i in reversed(range(len(layout))):
         out.append(Instr("STORE_FAST", f"___out{i}", lineno=line))
-    out.append(Instr("PUSH_NULL", lineno=line))
+    if not versions.NULL_AFTER_CALLABLE:
+        out.append(Instr("PUSH_NULL", lineno=line))
     out.append(Instr("LOAD_FAST", THEN_ARG, lineno=line))
+    if versions.NULL_AFTER_CALLABLE:
+        out.append(Instr("PUSH_NULL", lineno=line))
     out.append(Instr("LOAD_CONST", offset, lineno=line))
     n = 1
     for i, kind in enumerate(layout):
@@ -204,9 +208,9 @@ def _epilogue(out: list, label: Label, offset: int, layout: tuple[str, ...], loc
         out.append(Instr("LOAD_FAST", name, lineno=line))
         n += 1
     for name in cell_names:
-        out.append(Instr("LOAD_CLOSURE", CellVar(name), lineno=line))
+        out.append(Instr(versions.LOAD_CELL_OPNAME, CellVar(name), lineno=line))
         n += 1
-    if _PY311:
+    if versions.HAS_PRECALL:
         out.append(Instr("PRECALL", n, lineno=line))
     out.append(Instr("CALL", n, lineno=line))
     out.append(Instr("RETURN_VALUE", lineno=line))

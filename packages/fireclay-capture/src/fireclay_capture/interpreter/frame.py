@@ -9,7 +9,6 @@ which is what a graph break needs to resume from.
 from __future__ import annotations
 
 import dis
-import sys
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -24,7 +23,6 @@ from fireclay_capture.variables.containers import DictVar, IteratorVar, TupleVar
 if TYPE_CHECKING:
     from fireclay_capture.tracer import Tracer
 
-PY = sys.version_info[:2]
 #: Instructions of the root frame a graph break can split at: the instruction then runs in plain
 #: Python between the graph and the resume function (see ``graph_break``).
 BREAKABLE = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE",
@@ -217,4 +215,4 @@ def truth(frame: Frame, v: Var) -> bool:
         raise
 
 
-__all__ = ["HANDLERS", "Frame", "bind_arguments", "const", "handler", "truth", "PY"]
+__all__ = ["HANDLERS", "Frame", "bind_arguments", "const", "handler", "truth"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from fireclay_capture import bytecode_versions as versions
 from fireclay_capture.errors import Unsupported
-from fireclay_capture.interpreter.frame import PY, Frame, handler
+from fireclay_capture.interpreter.frame import Frame, handler
 from fireclay_capture.variables.base import ConstVar
 from fireclay_capture.variables.containers import DictVar, IteratorVar, ListVar, SetVar, TupleVar
 from fireclay_capture.variables.objects import ModelOutputVar
@@ -136,22 +137,17 @@ def for_iter(frame: Frame, inst) -> None:
         frame.push(item)
         return
     frame.jump_to(inst.argval)
-    if PY >= (3, 12):
-        # On exhaustion CPython skips END_FOR; 3.13 leaves the iterator for END_FOR/POP_ITER.
-        if PY == (3, 12):
-            frame.pop()
-            if frame.instructions[frame.ip].opname == "END_FOR":
-                frame.ip += 1
-        else:
-            frame.push(ConstVar(None))
-    else:
-        frame.pop()
+    if versions.FOR_ITER_EXHAUSTED == "leave_for_end_for":
+        frame.push(ConstVar(None))
+        return
+    frame.pop()
+    if versions.FOR_ITER_EXHAUSTED == "pop_skip_end_for" and frame.instructions[frame.ip].opname == "END_FOR":
+        frame.ip += 1
 
 
 @handler("END_FOR")
 def end_for(frame: Frame, inst) -> None:
-    frame.pop()
-    if PY == (3, 12):
+    for _ in range(versions.END_FOR_POPS):
         frame.pop()
 
 

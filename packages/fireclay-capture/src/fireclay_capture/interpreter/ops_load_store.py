@@ -5,9 +5,10 @@ from __future__ import annotations
 import builtins
 import importlib
 
+from fireclay_capture import bytecode_versions as versions
 from fireclay_capture import config
 from fireclay_capture.errors import Unsupported
-from fireclay_capture.interpreter.frame import PY, Frame, handler
+from fireclay_capture.interpreter.frame import Frame, handler
 from fireclay_capture.side_effects import DELETED
 from fireclay_capture.sources import ConstSource, global_source
 from fireclay_capture.variables.base import NULL, CellVar, ConstVar
@@ -21,6 +22,8 @@ def _local(frame: Frame, name: str):
     try:
         return frame.locals[name]
     except KeyError:
+        if versions.LOAD_FAST_LOADS_CELLS and name in frame.cells:
+            return frame.cells[name]  # the slot holds the cell: a closure tuple is being built
         raise Unsupported(f"local variable {name!r} referenced before assignment") from None
 
 
@@ -97,10 +100,10 @@ def load_global_value(frame: Frame, name: str):
 def load_global(frame: Frame, inst) -> None:
     push_null = bool(inst.arg & 1)
     value = load_global_value(frame, inst.argval)
-    if push_null and PY < (3, 13):
+    if push_null and not versions.NULL_AFTER_CALLABLE:
         frame.push(NULL)
     frame.push(value)
-    if push_null and PY >= (3, 13):
+    if push_null and versions.NULL_AFTER_CALLABLE:
         frame.push(NULL)
 
 
@@ -173,10 +176,10 @@ def load_attr_value(frame: Frame, obj, name: str):
 @handler("LOAD_ATTR")
 def load_attr(frame: Frame, inst) -> None:
     obj = frame.pop()
-    is_method = PY >= (3, 12) and bool(inst.arg & 1)
+    is_method = versions.LOAD_ATTR_HAS_METHOD_BIT and bool(inst.arg & 1)
     value = load_attr_value(frame, obj, inst.argval)
     if is_method:
-        if PY >= (3, 13):
+        if versions.NULL_AFTER_CALLABLE:
             frame.push(value)
             frame.push(NULL)
         else:
