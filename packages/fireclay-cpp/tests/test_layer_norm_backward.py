@@ -17,8 +17,8 @@ from aten_builder import AtenBuilder
 from batch import SEED
 
 import fireclay_cpp
+from fireclay_cpp.column_loops import COLUMN_BLOCK_BYTES
 from fireclay_cpp.config import Config
-from fireclay_cpp.kernel_codegen import COLUMN_BLOCK_BYTES
 
 GEN = torch.Generator().manual_seed(SEED)
 COLUMN_LOOP = "fc_xb += "  # the block loop of a column reduction

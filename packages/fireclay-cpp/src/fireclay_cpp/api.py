@@ -22,7 +22,7 @@ from fireclay_cpp.kernel_codegen import KernelSource, generate_kernel, simd_redu
 from fireclay_cpp.prelude import PRELUDE
 from fireclay_cpp.wrapper_codegen import ExternCalls, generate_wrapper
 from fireclay_loops import ScheduledProgram
-from fireclay_loops.codegen_support import to_scheduled
+from fireclay_loops.backend import to_scheduled
 
 KERNELS_PER_LIBRARY = 24  # above this, a program's kernels are split over libraries built in parallel
 

@@ -9,11 +9,11 @@ from typing import Any
 import torch
 
 from fireclay_cpp.errors import CppBackendError
-from fireclay_loops.runtime_support import CompiledCall, bound_op, input_base
-from fireclay_loops.runtime_support import aten_op as shared_aten_op
-from fireclay_loops.runtime_support import conform as conform  # re-exported for the wrapper
-from fireclay_loops.runtime_support import returns_one_tensor as returns_one_tensor  # re-exported
-from fireclay_loops.runtime_support import view as view
+from fireclay_loops.backend.runtime import CompiledCall, bound_op, input_base
+from fireclay_loops.backend.runtime import aten_op as shared_aten_op
+from fireclay_loops.backend.runtime import conform as conform  # re-exported for the wrapper
+from fireclay_loops.backend.runtime import returns_one_tensor as returns_one_tensor  # re-exported
+from fireclay_loops.backend.runtime import view as view
 
 
 class InputError(CppBackendError, TypeError):

@@ -31,7 +31,7 @@ import sympy
 from fireclay_cpp.errors import CodegenError
 from fireclay_cpp.prelude import CTYPES
 from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram, TensorArg
-from fireclay_loops.codegen_support import WrapperText, py_expr, py_shape
+from fireclay_loops.backend import WrapperText, py_expr, py_shape
 
 ARENA_ALIGN = 64  # bytes: each arena buffer starts on a cache line (and any dtype's alignment)
 

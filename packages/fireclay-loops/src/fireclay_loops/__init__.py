@@ -12,9 +12,10 @@ Entry points::
 Importing the package registers the ``loops`` dialect with fireclay-ir.
 ``fireclay_loops.reference.run(scheduled, *tensors)`` runs a scheduled program with torch (the
 ``torch`` extra); importing this package never imports torch.
-Code generators share ``fireclay_loops.codegen_support`` (wrapper and kernel text that follows
-from the scheduled program alone) and ``fireclay_loops.runtime_support`` (the tensor helpers a
-generated wrapper runs with; needs torch). Every stage's disk cache lives in one folder of the
+Code generators are renderers over one kit, ``fireclay_loops.backend``: the scheduled program,
+values, scopes, placement, common subexpressions, stages, reduction kinds and wrapper text;
+``fireclay_loops.backend.runtime`` holds the tensor helpers a generated wrapper runs with (needs
+torch; imported only by generators). Every stage's disk cache lives in one folder of the
 user's, checked before anything in it is trusted: ``fireclay_loops.cache_dirs``.
 """
 
@@ -30,6 +31,7 @@ from fireclay_loops.config import Config, config  # noqa: E402
 from fireclay_loops.dialect import from_program, register, to_program  # noqa: E402
 
 register()  # the loops dialect, so that fireclay-ir can verify and load loops programs
+from fireclay_loops.backend.program import Report, ScheduledProgram  # noqa: E402
 from fireclay_loops.errors import (  # noqa: E402
     IndexOutOfBounds,
     IntegerDivisionByZero,
@@ -54,7 +56,6 @@ from fireclay_loops.lowering.registry import register_lowering  # noqa: E402
 from fireclay_loops.memory import MemoryPlan  # noqa: E402
 from fireclay_loops.ops import ops, use_handler  # noqa: E402
 from fireclay_loops.printer import format_loop_program, format_schedule  # noqa: E402
-from fireclay_loops.report import Report, ScheduledProgram  # noqa: E402
 from fireclay_loops.scheduler import Decision, schedule  # noqa: E402
 from fireclay_loops.verify import verify_schedule  # noqa: E402
 

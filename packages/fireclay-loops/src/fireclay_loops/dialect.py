@@ -27,6 +27,7 @@ import sympy
 
 from fireclay_ir import Graph, GraphRef, IRError, Program, SymExpr, TensorMeta, Value
 from fireclay_loops import exprs
+from fireclay_loops.backend.program import ScheduledProgram
 from fireclay_loops.body import BodyOp, BodyValue, LoopBody
 from fireclay_loops.ir import (
     Buffer,
@@ -40,7 +41,6 @@ from fireclay_loops.ir import (
 )
 from fireclay_loops.kernel import Kernel, KernelNode
 from fireclay_loops.ops import CHECK_OPS, MATH_OPS, OPS
-from fireclay_loops.report import ScheduledProgram
 
 DIALECT_VERSION = "1"
 CALL_OPS = {

@@ -19,11 +19,11 @@ import sympy
 import torch
 
 from fireclay_loops import exprs
+from fireclay_loops.backend.program import ScheduledProgram
+from fireclay_loops.backend.runtime import aten_op
 from fireclay_loops.errors import SchedulingError, check_failure
 from fireclay_loops.ir import Constant, ExternNode, LoopProgram, TensorArg
 from fireclay_loops.kernel import Kernel
-from fireclay_loops.report import ScheduledProgram
-from fireclay_loops.runtime_support import aten_op
 
 DTYPE = {name: getattr(torch, name) for name in (
     "float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",

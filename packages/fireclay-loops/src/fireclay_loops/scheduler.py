@@ -503,10 +503,10 @@ def schedule(program: LoopProgram, *, fusion: bool | None = None, split_reductio
     keeps reductions with few outputs splittable over a GPU's programs
     (:mod:`fireclay_loops.long_reductions`); None: when the program's device type is in
     ``config.split_reductions``."""
+    from fireclay_loops.backend.program import ScheduledProgram
     from fireclay_loops.inline import inline_pointwise
     from fireclay_loops.long_reductions import split_scalar_reductions
     from fireclay_loops.memory import plan_memory
-    from fireclay_loops.report import ScheduledProgram
     from fireclay_loops.verify import verify_schedule
 
     fusing = config.fusion if fusion is None else fusion

@@ -20,8 +20,8 @@ import sympy
 import torch
 
 from fireclay_loops import ScheduledProgram
+from fireclay_loops.backend import to_scheduled
 from fireclay_loops.cache_dirs import cache_folder_or_private
-from fireclay_loops.codegen_support import to_scheduled
 from fireclay_triton import precompile, runtime
 from fireclay_triton.autotune import TuningCache
 from fireclay_triton.config import Config, config, interpreting

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import sympy
 
 from fireclay_loops import Kernel
-from fireclay_loops.codegen_support import KernelGenState
+from fireclay_loops.backend import KernelEmitter
 from fireclay_shapes import triton_code
 from fireclay_triton.errors import CodegenError
 from fireclay_triton.prelude import BINARY_MATH, UNARY_MATH
@@ -388,7 +388,7 @@ def _extreme(dtype: str, largest: bool) -> str:
     return str(2 ** (bits - 1) - 1) if largest else str(-(2 ** (bits - 1)))
 
 
-class _KernelGen(KernelGenState):
+class _KernelGen(KernelEmitter):
     def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str],
                  storage_numel: Callable[[str], sympy.Expr], interpret: bool, persistent_limit: int,
                  tiled: bool = False, columns: bool = False, split: bool = False):

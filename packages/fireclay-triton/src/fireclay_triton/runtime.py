@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
+from fireclay_loops.backend.runtime import CompiledCall, bound_op, input_base
+from fireclay_loops.backend.runtime import aten_op as shared_aten_op
+from fireclay_loops.backend.runtime import conform as conform  # re-exported for the wrapper
+from fireclay_loops.backend.runtime import view as view
 from fireclay_loops.cache_dirs import cache_folder_or_private, write_atomic
-from fireclay_loops.runtime_support import CompiledCall, bound_op, input_base
-from fireclay_loops.runtime_support import aten_op as shared_aten_op
-from fireclay_loops.runtime_support import conform as conform  # re-exported for the wrapper
-from fireclay_loops.runtime_support import view as view
 from fireclay_triton import background, cuda_launch, precompile
 from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, next_pow2, tuning_key
 from fireclay_triton.background import BackgroundCompile
@@ -62,7 +62,7 @@ def typed(mem: torch.Tensor, dtype: torch.dtype, numel: int) -> torch.Tensor:
 
 def aten_op(name: str) -> Callable:
     """What a wrapper calls for the aten op ``name``: torch's own function where it selects
-    this overload (fireclay_loops.runtime_support.bound_op), else the overload."""
+    this overload (fireclay_loops.backend.runtime.bound_op), else the overload."""
     return bound_op(name) or shared_aten_op(name, TritonBackendError)
 
 

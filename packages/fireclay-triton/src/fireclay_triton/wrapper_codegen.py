@@ -14,8 +14,8 @@ allocations are byte tensors the buffers are typed views of.
 from __future__ import annotations
 
 from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram
-from fireclay_loops.codegen_support import WrapperText, py_expr, py_shape
-from fireclay_loops.runtime_support import returns_one_tensor
+from fireclay_loops.backend import WrapperText, py_expr, py_shape
+from fireclay_loops.backend.runtime import returns_one_tensor
 from fireclay_triton.errors import CodegenError
 from fireclay_triton.kernel_codegen import KernelSource
 

@@ -13,15 +13,9 @@ torch = pytest.importorskip("torch")
 
 from fireclay_ir import Device, DType, Layout, MemoryFormat  # noqa: E402
 from fireclay_loops import ExternNode, TensorArg  # noqa: E402
-from fireclay_loops.codegen_support import (  # noqa: E402
-    NONNEGATIVE,
-    UNBOUNDED,
-    KernelGenState,
-    WrapperText,
-    py_expr,
-    py_shape,
-)
-from fireclay_loops.runtime_support import CompiledCall, aten_op, conform, input_base, view  # noqa: E402
+from fireclay_loops.backend import KernelEmitter, WrapperText, py_expr, py_shape  # noqa: E402
+from fireclay_loops.backend.kernel import NONNEGATIVE, UNBOUNDED  # noqa: E402
+from fireclay_loops.backend.runtime import CompiledCall, aten_op, conform, input_base, view  # noqa: E402
 
 
 class _InputError(TypeError):
@@ -85,7 +79,7 @@ class _Kernel:
     ("tmp", UNBOUNDED), ("gather", NONNEGATIVE),
 ])
 def test_symbol_ranges(name, want):
-    state = KernelGenState(_Kernel([10, "s0"], [1]))
+    state = KernelEmitter(_Kernel([10, "s0"], [1]))
     state.indirect["gather"] = object()
     got = state.symbol_range(sympy.Symbol(name))
     assert ((got.lo, got.hi) == want) if isinstance(want, tuple) else (got == want)

@@ -1,52 +1,20 @@
-"""What every code generator of a scheduled program does the same way: scheduling what it is
-given; Python text of sizes and literals; the wrapper's namespace of aten ops and constants;
-the binding of symbolic sizes at the top of the wrapper; the arguments of an extern call; and
-what a kernel generator tracks about its kernel. Each generator keeps its own decisions (where
-buffers live, how kernels launch): only text that follows from the scheduled program alone is
-here. Imports no torch.
+"""The wrapper text every code generator of a scheduled program writes the same way: Python
+text of sizes and literals; the wrapper's namespace of aten ops and constants; the binding of
+symbolic sizes at the top of the wrapper; the arguments of an extern call. Each generator keeps
+its own decisions (where buffers live, how kernels launch): only text that follows from the
+scheduled program alone is here. Imports no torch.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import sympy
 
-from fireclay_loops.errors import check_failure
 from fireclay_loops.ir import ExternNode, LoopProgram, TensorArg
-from fireclay_loops.lowering.context import lower
-from fireclay_loops.report import ScheduledProgram
-from fireclay_loops.scheduler import schedule
-from fireclay_shapes import ValueRange, python_code
-
-UNBOUNDED = ValueRange()
-NONNEGATIVE = ValueRange(0, math.inf)
-
-
-def to_scheduled(program: Any, **schedule_options: Any) -> ScheduledProgram:
-    """An aten-dialect ``fireclay_ir.Program``, a loops-dialect one (a saved schedule, read back
-    with :func:`~fireclay_loops.from_program`), a ``LoopProgram`` or a ``ScheduledProgram``,
-    scheduled (``schedule_options`` go to :func:`~fireclay_loops.schedule`; a program already
-    scheduled is taken as it is)."""
-    if isinstance(program, ScheduledProgram):
-        return program
-    if _is_loops_dialect(program):
-        from fireclay_loops.dialect import from_program
-
-        return from_program(program)
-    if isinstance(program, LoopProgram):
-        return schedule(program, **schedule_options)
-    return schedule(lower(program), **schedule_options)
-
-
-def _is_loops_dialect(program: Any) -> bool:
-    graphs = getattr(program, "graphs", None)
-    if not isinstance(graphs, dict):
-        return False
-    return any(node.dialect == "loops" for graph in graphs.values() for node in graph.nodes)
+from fireclay_shapes import python_code
 
 
 def py_expr(e: Any) -> str:
@@ -149,55 +117,3 @@ class WrapperText:
     @property
     def text(self) -> str:
         return "\n".join(self.lines) + "\n"
-
-
-@dataclass(frozen=True)
-class CheckSite:
-    """One check a generated kernel makes: the op (``check_bounds``, ``check_nonzero``) and
-    what it guards, in the user's terms; :meth:`error` is what a failure raises."""
-
-    op: str
-    site: str
-
-    def error(self, value: Any = None, size: Any = None) -> Exception:
-        return check_failure(self.op, self.site, value, size)
-
-
-class KernelGenState:
-    """What a kernel generator tracks about the kernel it writes, whatever its target: the
-    buffers it touches (and whether it writes them), the size symbols and indirect index values
-    it uses, fresh names, and the range of each symbol an index may contain."""
-
-    def __init__(self, kernel) -> None:
-        self.kernel = kernel
-        self.buffers: dict[str, bool] = {}  # name -> written
-        self.symbols: set[str] = set()
-        self.indirect: dict[str, Any] = {}  # indirect index name -> the generator's value of it
-        self.counter = 0
-        self.sizes = {v.name: s for v, s in zip(kernel.xvars + kernel.rvars, kernel.xsizes + kernel.rsizes)}
-        self.rnames = {v.name for v in kernel.rvars}
-        self.checks: list[CheckSite] = []  # the kernel's ops.check_* sites, by their number
-
-    def add_check(self, op: str, site: str) -> int:
-        """Number a check of the kernel (``op``: ``check_bounds`` or ``check_nonzero``); the
-        generated code reports a failure by this number, the wrapper raises from :attr:`checks`."""
-        self.checks.append(CheckSite(op=op, site=site))
-        return len(self.checks) - 1
-
-    def fresh(self, prefix: str) -> str:
-        self.counter += 1
-        return f"{prefix}{self.counter}"
-
-    def use_buffer(self, buf: str, write: bool) -> None:
-        self.buffers[buf] = self.buffers.get(buf, False) or write
-
-    def symbol_range(self, s: sympy.Symbol) -> ValueRange:
-        """A loop variable of static extent n is in [0, n - 1]; an indirect index or a size
-        symbol is nonnegative; anything else is unknown."""
-        name = s.name
-        if name in self.sizes:
-            n = self.sizes[name]
-            return ValueRange(0, int(n) - 1) if n.is_Integer and int(n) > 0 else NONNEGATIVE
-        if name in self.indirect or name.startswith(("s", "ind")):
-            return NONNEGATIVE
-        return UNBOUNDED

@@ -1,4 +1,5 @@
-"""The scheduled program, and its report: kernels, bytes moved, and the scheduler's decisions."""
+"""The scheduled program, the object fireclay-loops hands to every code generator, and its
+report: kernels, bytes moved, and the scheduler's decisions."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from fireclay_loops.ir import ExternNode, LoopProgram
 from fireclay_loops.kernel import Kernel
 from fireclay_loops.memory import MemoryPlan
+from fireclay_loops.printer import format_schedule, natural
 
 
 @dataclass
@@ -41,8 +43,6 @@ class ScheduledProgram:
         return Report(self)
 
     def __str__(self) -> str:
-        from fireclay_loops.printer import format_schedule
-
         return format_schedule(self)
 
 
@@ -60,8 +60,6 @@ class Report:
         self.reuses = list(scheduled.plan.reuses)
 
     def __str__(self) -> str:
-        from fireclay_loops.printer import natural
-
         s = self.scheduled
         lines = [f"kernels: {self.kernel_count}, extern calls: {self.extern_count}, "
                  f"fallbacks: {self.fallback_count}",

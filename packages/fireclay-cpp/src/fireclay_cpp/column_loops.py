@@ -1,0 +1,231 @@
+"""Column reductions of the C++ backend: a reduction whose memory is contiguous along the
+innermost kept dim and strided along the reduced one (a bias gradient, the column sums of a
+``[rows, cols]`` tensor). They run the other way round: the kept dim goes in blocks, one accumulator per point of the block, the
+reduction loop outside and an ``omp simd`` loop over the block inside, so every load reads
+consecutive addresses instead of gathering one per lane. A block is as wide as the kept dim (up
+to :data:`COLUMN_BLOCK` points and :data:`COLUMN_BLOCK_BYTES` of accumulators): the reduction
+loop then walks whole rows, in memory order; blocks of part of a row make each pass over the
+rows skip through memory, which measured up to twice as slow once the rows leave the cache
+(a layer-norm weight gradient over 4096 x 768). When there are fewer blocks than threads at
+run time, the blocks are narrowed then, so that every thread has one. A kernel's
+later loops over ``r`` (batch norm's backward over channels-last memory: the input gradient
+needs the per-channel sums of the first loop) run the same way, block by block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import sympy
+
+from fireclay_cpp.op_templates import Accumulator, CValue
+from fireclay_loops.backend import Scope, indent
+
+if TYPE_CHECKING:
+    from fireclay_cpp.kernel_codegen import CppKernelGen, KernelSource
+
+COLUMN_BLOCK = 4096  # most kept-dim points per block of a column reduction (accumulators live in arrays)
+COLUMN_BLOCK_BYTES = 32 * 1024  # most bytes of a column block's accumulator arrays (on the stack)
+COLUMN_MIN_BLOCK = 16  # narrowest block when blocks are narrowed for threads (two AVX2 float vectors)
+
+
+def reads_columns(gen: CppKernelGen) -> bool:
+    """Whether this reduction's memory runs along the innermost kept dim rather than the
+    innermost reduced one: some access is contiguous in ``x`` (last) and none in ``r`` (last).
+    An access that ``x`` does not move (a per-row mean or scale of a layer-norm weight
+    gradient) is one value per reduction step for a whole block, so it does not count."""
+    k = gen.kernel
+    if not k.rsizes or not k.xsizes:
+        return False
+    x, r = k.xvars[-1], k.rvars[-1]
+    along_x = along_r = 0
+    for index in gen.accesses:
+        index = sympy.sympify(index)
+        if not any(s.name in gen.rnames for s in index.free_symbols):
+            continue  # read once per kept point, whatever the loop order
+        if _step(index, x, gen.hint) == 0:
+            continue  # read once per reduction step, whatever the loop order
+        if _step(index, r, gen.hint) == 1:
+            along_r += 1
+        elif _step(index, x, gen.hint) == 1:
+            along_x += 1
+    return along_x > 0 and along_r == 0
+
+def column_function(gen: CppKernelGen, xs, rs, stages) -> KernelSource:
+    """The kernel with the innermost kept dim in blocks: for each block, every stage's loop
+    over ``r`` runs outside and an ``omp simd`` loop over the block's points inside it (see
+    the module docstring), so each load of each loop reads consecutive addresses.
+    ``stages``: per stage, the (before, in loop, after) values of its nodes. Around each
+    loop, a loop over the block's points computes once per point what comes after a
+    reduction (its result, its stores) and what the next loop needs that does not change
+    along ``r`` (a per-channel scale of batch norm's backward, a mask of a concatenation),
+    into arrays that loop reads. A later loop recomputes what it needs of an earlier one."""
+    k = gen.kernel
+    nx = len(xs)
+    last, extent = f"x{nx - 1}", xs[-1]
+    width = column_block(gen)
+    if extent.isdigit():
+        width = min(width, int(extent))  # (fewer columns than a block: one block of them all)
+    arrays: list[str] = []
+    restore: dict[Accumulator, str] = {}
+    for a in gen.accumulators:
+        if a.plain_sum is not None:
+            t, value = a.plain_sum
+            a.add_stmt.code = f"{a.name}_col[fc_i] += ({t})({value.name});"
+            arrays += [f"{t} {a.name}_col[{width}];",
+                       f"for (int64_t fc_i = 0; fc_i < {width}; fc_i++) {a.name}_col[fc_i] = 0;"]
+            restore[a] = f"{a.decl_type} {a.name}; {a.name}.v = {a.name}_col[fc_i];"
+        else:
+            # (Welford included: its online update is exact enough, and here it vectorises)
+            a.add_stmt.code = a.add_stmt.code.replace(f"{a.name}.add(", f"{a.name}_col[fc_i].add(", 1)
+            arrays.append(f"{a.decl_type} {a.name}_col[{width}];")
+            restore[a] = f"{a.decl_type} {a.name} = {a.name}_col[fc_i];"
+    point = [f"const int64_t {last} = fc_xb + fc_i;"]
+
+    def over_block(lines: list[str], simd: bool = False) -> list[str]:
+        head = ["#pragma omp simd"] if simd else []
+        return head + ["for (int64_t fc_i = 0; fc_i < fc_xn; fc_i++) {"] + indent(point + lines) + ["}"]
+
+    rheads = [f"for (int64_t r{d} = 0; r{d} < {rs[d]}; r{d}++) {{" for d in range(len(rs))]
+    if extent.isdigit() and int(extent) % width == 0:
+        block = [f"const int64_t fc_xn = {width};"]  # (a constant trip count: no remainder loop)
+    else:
+        block = [f"const int64_t fc_xn = ({extent}) - fc_xb < {width} ? ({extent}) - fc_xb : {width};"]
+    block += arrays
+    kept: dict[CValue, None] = {}  # values some loop reads per point from an array
+    done: list[Accumulator] = []  # accumulators whose loop has run: each per-point scope restores them
+    points = Scope()
+    for nodes in stages:
+        loop, needed = Scope(), []
+        for before, _, _ in nodes:
+            for v in before:
+                points.place(v)
+        for _, in_loop, _ in nodes:
+            for v in in_loop:
+                _place_in_column_loop(v, loop, points, needed)
+        points.lines += [f"{v.name}_col[fc_i] = {v.name};" for v in needed]
+        kept.update(dict.fromkeys(needed))
+        if loop.lines:
+            if points.lines:
+                block += over_block([restore[a] for a in done] + points.lines)
+            block += rheads + indent(over_block(loop.lines, simd=True)) + ["}"] * len(rheads)
+            done += [a for a in gen.accumulators if a.add_stmt in loop.seen]
+            points = Scope()
+        for _, _, after in nodes:
+            for v in after:
+                points.place(v)
+    if points.lines:
+        block += over_block([restore[a] for a in done] + points.lines)
+    block[1:1] = [f"{v.ctype} {v.name}_col[{width}];" for v in kept]
+    heads = [f"for (int64_t x{d} = 0; x{d} < {xs[d]}; x{d}++) {{" for d in range(nx - 1)]
+    heads.append(f"for (int64_t fc_xb = 0; fc_xb < {extent}; fc_xb += {width}) {{")
+    body = []
+    work = k.numel * k.rnumel
+    if work.is_Integer and int(work) >= gen.PARALLEL_MIN_WORK:
+        body.append(f"#pragma omp parallel for collapse({nx})")
+    elif not work.is_Integer:
+        body.append(f"#pragma omp parallel for collapse({nx}) if({gen.index(work)} >= {gen.PARALLEL_MIN_WORK})")
+    if body and few_column_blocks(gen, width):
+        body[:0] = narrowed_block(gen, xs, width, work)
+        heads[-1] = f"for (int64_t fc_xb = 0; fc_xb < {extent}; fc_xb += fc_w) {{"
+        block[0] = f"const int64_t fc_xn = ({extent}) - fc_xb < fc_w ? ({extent}) - fc_xb : fc_w;"
+    body += heads + indent(block) + ["}"] * nx
+    return gen.source(body)
+
+def column_block(gen: CppKernelGen) -> int:
+    """Points per block (the size of its accumulator arrays): the whole kept dim, at its
+    hint, rounded up to :data:`COLUMN_MIN_BLOCK`, within :data:`COLUMN_BLOCK` points and
+    :data:`COLUMN_BLOCK_BYTES` of accumulators."""
+    per_point = sum(_accumulator_bytes(a) for a in gen.accumulators) or 1
+    fits = max(COLUMN_MIN_BLOCK, COLUMN_BLOCK_BYTES // per_point // COLUMN_MIN_BLOCK * COLUMN_MIN_BLOCK)
+    extent = -(-gen.hint(gen.kernel.xsizes[-1]) // COLUMN_MIN_BLOCK) * COLUMN_MIN_BLOCK
+    return max(COLUMN_MIN_BLOCK, min(COLUMN_BLOCK, fits, extent))
+
+def few_column_blocks(gen: CppKernelGen, width: int) -> bool:
+    """Whether blocks of ``width`` points may leave threads idle (fewer blocks than the
+    threads planned for, at the size hints): then the width is chosen again at run time."""
+    k = gen.kernel
+    outer = gen.hint(sympy.Mul(*k.xsizes[:-1]))
+    return outer * -(-gen.hint(k.xsizes[-1]) // width) < gen.threads
+
+def narrowed_block(gen: CppKernelGen, xs: list[str], width: int, work: sympy.Expr) -> list[str]:
+    """C++ that sets ``fc_w``, the points per block: ``width``, or where that gives fewer
+    blocks than OpenMP has threads, each row's share of one thread (down to
+    :data:`COLUMN_MIN_BLOCK`). With one thread the blocks stay whole rows."""
+    outer = " * ".join(f"({x})" for x in xs[:-1]) or "1"
+    extent = xs[-1]
+    parallel = "" if work.is_Integer else f" && ({gen.index(work)}) >= {gen.PARALLEL_MIN_WORK}"
+    m = COLUMN_MIN_BLOCK
+    return [
+        f"int64_t fc_w = {width};",
+        "{",
+        "  const int64_t fc_nt = omp_get_max_threads();",
+        f"  const int64_t fc_outer = {outer};",
+        f"  if (fc_outer * ((({extent}) + {width} - 1) / {width}) < fc_nt{parallel}) {{",
+        "    const int64_t fc_pieces = (fc_nt + fc_outer - 1) / fc_outer;  // blocks per row",
+        f"    fc_w = ((({extent}) + fc_pieces - 1) / fc_pieces + {m - 1}) / {m} * {m};",
+        f"    fc_w = fc_w < {m} ? {m} : (fc_w > {width} ? {width} : fc_w);",
+        "  }",
+        "}",
+    ]
+
+def _step(index: sympy.Expr, var: sympy.Symbol, hint: Callable[[sympy.Expr], int]) -> int | None:
+    """How far ``index`` moves when loop variable ``var`` grows by one: a constant, or for
+    floor divisions and remainders the move seen at two sample points when both agree (a
+    reshaped view moves by its inner stride except at the edges); else None."""
+    names = {s.name: s for s in index.free_symbols}
+    if var.name not in names:
+        return 0
+    v = names[var.name]
+    step = sympy.expand(index.xreplace({v: v + 1}) - index)
+    if step.is_Integer:
+        return int(step)
+    loop_vars = [s for n, s in names.items() if n[0] in "xr" and n[1:].isdigit()]
+    seen = set()
+    for at in (0, 3):
+        point = {s: sympy.Integer(at) for s in loop_vars}
+        moved = index.xreplace({**point, v: sympy.Integer(at + 1)}) - index.xreplace(point)
+        try:
+            seen.add(int(hint(moved)))
+        except (TypeError, ValueError, KeyError):  # (an indirect index: no fixed step)
+            return None
+    return seen.pop() if len(seen) == 1 else None
+
+
+def _accumulator_bytes(acc: Accumulator) -> int:
+    """Bytes one point of ``acc`` takes in a column block's array (its accumulator struct:
+    Welford keeps three values, argmax/argmin a value and an index)."""
+    if acc.plain_sum is not None:
+        return _CTYPE_BYTES.get(acc.plain_sum[0], 8)
+    of = _CTYPE_BYTES.get(acc.decl_type[acc.decl_type.find("<") + 1:-1], 8)
+    if acc.decl_type.startswith("fc_welford_acc"):
+        return 3 * of
+    if acc.decl_type.startswith(("fc_argmax_acc", "fc_argmin_acc")):
+        return 16
+    return of
+
+
+_CTYPE_BYTES = {"float": 4, "double": 8, "bool": 1, "uint8_t": 1, "int8_t": 1, "int16_t": 2, "int32_t": 4,
+                "int64_t": 8}
+
+
+def _place_in_column_loop(v: CValue, loop: Scope, before: Scope, kept: list[CValue]) -> None:
+    """Declare ``v`` in the reduction loop of a column kernel: a value that does not change
+    along the reduction (and is not a constant) is computed in ``before``, once per point, and
+    read back from its array (listed in ``kept``)."""
+    if loop.visible(v):
+        return
+    if not v.in_loop() and (v.deps or v.acc is not None):  # (an earlier loop's result too)
+        before.place(v)
+        kept.append(v)
+        loop.lines.append(f"{v.ctype} {v.name} = {v.name}_col[fc_i];")
+        loop.seen.add(v)
+        return
+    for d in v.deps:
+        _place_in_column_loop(d, loop, before, kept)
+    if v.code:
+        loop.lines.append(v.code)
+    loop.seen.add(v)
+
+

@@ -1,0 +1,308 @@
+"""fireclay-cpp's op templates: the C++ spelling of each op of the loop-body vocabulary, as an
+ops handler on fireclay-loops' kernel-emission kit (:mod:`fireclay_loops.backend`). Every
+``ops.*`` call becomes a :class:`CValue`, a C++ declaration with its dependencies; the kernel
+generator (:mod:`fireclay_cpp.kernel_codegen`) places them.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import sympy
+
+from fireclay_cpp.errors import CodegenError
+from fireclay_cpp.prelude import CTYPES
+from fireclay_loops.backend import KernelOps, Value
+from fireclay_loops.ops import BOOL_RESULT
+
+if TYPE_CHECKING:
+    from fireclay_cpp.kernel_codegen import CppKernelGen
+
+
+def ctype(dtype: str) -> str:
+    """The C++ type values of ``dtype`` are computed in."""
+    if dtype not in CTYPES:
+        raise CodegenError(f"the C++ backend has no support for dtype {dtype}")
+    return CTYPES[dtype][1]
+
+
+def storage_type(dtype: str) -> str:
+    if dtype not in CTYPES:
+        raise CodegenError(f"the C++ backend has no support for dtype {dtype}")
+    return CTYPES[dtype][0]
+
+
+@dataclass(eq=False, kw_only=True)
+class CValue(Value):
+    """A C++ value: ``code`` is the declaration of ``name`` (or a side effect), of type ``ctype``."""
+
+    ctype: str = ""
+    acc: Accumulator | None = None  # set on reduction values: they live in an accumulator
+    varying: bool | None = None  # changes along the reduction loop (None: if a dependency does)
+
+    def in_loop(self) -> bool:
+        """Whether it must be computed inside the reduction loop; the rest is hoisted out."""
+        if self.varying is None:
+            self.varying = any(d.in_loop() for d in self.deps)
+        return self.varying
+
+
+@dataclass(eq=False, kw_only=True)
+class Accumulator:
+    """A reduction's accumulator (a ``fc_<kind>_acc<T>`` of the prelude) and its update."""
+
+    name: str
+    decl_type: str
+    add_stmt: CValue | None = None
+    welford: tuple[str, CValue] | None = None  # (compute type, value added): computed in two passes
+    plain_sum: tuple[str, CValue] | None = None  # a float sum: a plain variable with OpenMP's `+`
+
+
+_UNARY_CALL = {
+    "exp": "fc_exp", "exp2": "fc_exp2", "expm1": "fc_expm1", "log": "fc_log", "log2": "fc_log2",
+    "log10": "fc_log10", "log1p": "fc_log1p", "sqrt": "fc_sqrt", "sin": "fc_sin", "cos": "fc_cos",
+    "tan": "fc_tan", "asin": "fc_asin", "acos": "fc_acos", "atan": "fc_atan", "sinh": "fc_sinh",
+    "cosh": "fc_cosh", "tanh": "fc_tanh", "asinh": "fc_asinh", "acosh": "fc_acosh",
+    "atanh": "fc_atanh", "erf": "fc_erf", "erfc": "fc_erfc", "floor": "fc_floor", "ceil": "fc_ceil",
+    "round": "fc_nearbyint", "trunc": "fc_trunc", "lgamma": "fc_lgamma",
+}
+_UNARY_TEMPLATE = {
+    "neg": "-({a})", "rsqrt": "{T}(1) / fc_sqrt({a})", "reciprocal": "{T}(1) / ({a})",
+    "square": "({a}) * ({a})", "frac": "({a}) - fc_trunc({a})", "sigmoid": "fc_sigmoid<{T}>({a})",
+    "relu": "fc_relu<{T}>({a})", "sign": "fc_sign<{T}>({a})", "abs": "fc_abs<{T}>({a})",
+    "logical_not": "!({a})", "isnan": "fc_isnan({a})", "isinf": "fc_isinf({a})",
+}
+_BINARY_TEMPLATE = {
+    "add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "truediv": "{a} / {b}",
+    "floordiv": "fc_floordiv_v<{T}>({a}, {b})", "remainder": "fc_remainder<{T}>({a}, {b})",
+    "fmod": "fc_fmod<{T}>({a}, {b})", "pow": "fc_pow<{T}>({a}, {b})", "maximum": "fc_maximum<{T}>({a}, {b})",
+    "minimum": "fc_minimum<{T}>({a}, {b})", "atan2": "fc_atan2(({T})({a}), ({T})({b}))",
+    "copysign": "fc_copysign(({T})({a}), ({T})({b}))",
+    "eq": "{a} == {b}", "ne": "{a} != {b}", "lt": "{a} < {b}", "le": "{a} <= {b}", "gt": "{a} > {b}",
+    "ge": "{a} >= {b}", "logical_and": "({a} != 0) && ({b} != 0)", "logical_or": "({a} != 0) || ({b} != 0)",
+    "logical_xor": "({a} != 0) != ({b} != 0)", "bitwise_and": "{a} & {b}", "bitwise_or": "{a} | {b}",
+    "bitwise_xor": "{a} ^ {b}",
+}
+
+
+def _float_literal(v: float) -> str:
+    if math.isnan(v):
+        return "FC_NAN"
+    if math.isinf(v):
+        return ("-" if v < 0 else "") + "FC_INF"
+    return repr(float(v))
+
+
+def _as_float32(v: float) -> float:
+    """``v`` rounded to the nearest float32 (as a C++ cast to float rounds it); a finite value
+    beyond float32's range is left to the cast."""
+    try:
+        rounded = struct.unpack("f", struct.pack("f", v))[0]
+    except OverflowError:
+        return v
+    return v if math.isinf(rounded) and not math.isinf(v) else rounded
+
+
+def _int_literal(v: int) -> str:
+    if v == -(2**63):
+        return "(-9223372036854775807LL - 1)"
+    return f"{v}LL" if abs(v) >= 2**31 else str(v)
+
+
+
+class CppOps(KernelOps):
+    """The ``ops`` handler: builds :class:`CValue` graphs for one node body."""
+
+    def __init__(self, gen: CppKernelGen, prefix: str, ridx: str):
+        super().__init__(gen)
+        self.gen = gen
+        self.prefix = prefix
+        self.ridx = ridx  # the flat reduction index of this node (argmax/argmin positions)
+        self.count = 0
+
+    def _val(self, expr: str, ctype_: str, deps: list[CValue], varying: bool | None = None,
+             loads: str | None = None) -> CValue:
+        """The value of ``expr``; one the kernel already computed from the same dependencies is
+        reused (the nodes of a fused kernel repeat loads and math: a GELU and its gradient both
+        take erf of the same input). ``loads``: the buffer ``expr`` reads, whose reads a store
+        to it makes stale."""
+        def make() -> CValue:
+            name = f"{self.prefix}t{self.count}"
+            self.count += 1
+            return CValue(name=name, code=f"{ctype_} {name} = {expr};", deps=deps, ctype=ctype_, varying=varying)
+
+        return self.gen.cached((loads, expr, ctype_, tuple(id(d) for d in deps)), make)
+
+    def _index(self, index) -> tuple[str, list[CValue]]:
+        return self.gen.index(index), self.gen.indirect_deps(index)
+
+    def _varies(self, index) -> bool | None:
+        """True when ``index`` names a reduction variable; else the dependencies decide."""
+        names = {s.name for s in sympy.sympify(index).free_symbols}
+        return True if names & self.gen.rnames else None
+
+    # memory
+    def load(self, buf, index):
+        if buf in self.gen.local:
+            return self.gen.internal_store(buf)
+        text, deps = self._index(index)
+        dtype = self.gen.buffer_dtype(buf)
+        self.gen.use_buffer(buf, write=False)
+        self.gen.accesses.append(index)
+        return self._val(_widen(dtype, f"{buf}[{text}]"), ctype(dtype), deps, self._varies(index), loads=buf)
+
+    def masked_load(self, buf, index, mask):
+        if buf in self.gen.local:
+            # (the stored value by its own name: a float32 store keeps the value itself, no copy)
+            store = self.gen.internal_store(buf)
+            return self._val(f"{mask.name} ? {store.name} : {store.ctype}(0)", store.ctype, [store, mask])
+        text, deps = self._index(index)
+        dtype = self.gen.buffer_dtype(buf)
+        self.gen.use_buffer(buf, write=False)
+        self.gen.accesses.append(index)
+        t = ctype(dtype)
+        return self._val(f"{mask.name} ? ({t})({_widen(dtype, f'{buf}[{text}]')}) : {t}(0)", t, deps + [mask],
+                         self._varies(index), loads=buf)
+
+    def store(self, buf, index, value):
+        dtype = self.gen.buffer_dtype(buf)
+        if buf in self.gen.local:
+            t = ctype(dtype)
+            if dtype not in ("float16", "bfloat16") and value.ctype == t:
+                # The value itself: a read of it is the value (and math on it is shared).
+                self.gen.internal_stores[buf] = value
+                return None
+            # Round as a trip through memory would, so fused half-precision code matches eager.
+            v = _round_half(dtype, f"({t})({value.name})")
+            val = CValue(name=f"int_{buf}", code=f"{t} int_{buf} = {v};", deps=[value], ctype=t)
+            self.gen.internal_stores[buf] = val
+            self.gen.roots.append(val)
+            return None
+        text, deps = self._index(index)
+        self.gen.use_buffer(buf, write=True)
+        self.gen.accesses.append(index)
+        self.gen.cse = {k: v for k, v in self.gen.cse.items() if k[0] != buf}  # its reads are stale
+        stmt = CValue(name=f"{self.prefix}st{self.count}", code=f"{buf}[{text}] = {_narrow(dtype, value.name)};",
+                      deps=deps + [value], varying=True)
+        self.count += 1
+        self.gen.roots.append(stmt)
+        return None
+
+    store_reduction = store
+
+    # values
+    def constant(self, value, dtype):
+        t = ctype(dtype)
+        if dtype == "bool":
+            return self._val("true" if value else "false", t, [])
+        if dtype.startswith(("float", "bfloat")):
+            # (the literal rounded as the cast rounds it: equal constants then read equal)
+            value = _as_float32(float(value)) if t == "float" else float(value)
+            return self._val(f"({t})({_float_literal(value)})", t, [])
+        return self._val(f"({t})({_int_literal(int(value))})", t, [])
+
+    def index_expr(self, expr, dtype):
+        text, deps = self._index(expr)
+        t = ctype(dtype)
+        return self._val(f"({t})({text})", t, deps, self._varies(expr))
+
+    def to_dtype(self, x, dtype):
+        t = ctype(dtype)
+        return self._val(_round_half(dtype, f"({t})({x.name})"), t, [x])
+
+    def random(self, kind, seed, offset):
+        text, deps = self._index(offset)
+        fn = "fc_rand" if kind == "rand" else "fc_randn"
+        return self._val(f"{fn}((uint64_t){int(seed)}ULL, {text})", "float", deps, self._varies(offset))
+
+    def indirect_indexing(self, value, size, name):
+        val = CValue(name=name, code=f"int64_t {name} = (int64_t)({value.name});", deps=[value], ctype="int64_t")
+        self.gen.indirect[name] = val
+        return None
+
+    # checks: a failure is recorded in the run's error slot `fc_err` (see the prelude)
+    def check_bounds(self, value, size, negative, site, mask=None):
+        n, deps = self._index(size)
+        live = [mask] if mask is not None else []
+        k = self.gen.add_check("check_bounds", site)
+        expr = (f"fc_check_bounds({value.name}, {f'-({n})' if negative else '0'}, {n}, "
+                f"{mask.name if live else 'true'}, {k}, fc_err)")
+        return self._val(expr, "int64_t", [value] + deps + live)
+
+    def check_nonzero(self, value, site, mask=None):
+        live = [mask] if mask is not None else []
+        k = self.gen.add_check("check_nonzero", site)
+        return self._val(f"fc_check_nonzero<{value.ctype}>({value.name}, {mask.name if live else 'true'}, {k}, fc_err)",
+                         value.ctype, [value] + live)
+
+    def accumulate(self, kind, *, dtype, src_dtype, value):
+        """Every kind is an accumulator struct of the prelude, updated once per point."""
+        reduction_type = kind
+        t = ctype(src_dtype if reduction_type in ("argmax", "argmin", "any", "all") else dtype)
+        acc = Accumulator(name=self.gen.fresh("acc"), decl_type=f"fc_{reduction_type}_acc<{t}>")
+        acc.add_stmt = CValue(name=f"{acc.name}_add", code=f"{acc.name}.add(({t})({value.name}), {self.ridx});",
+                              deps=[value], varying=True)
+        self.gen.accumulators.append(acc)
+        self.gen.roots.append(acc.add_stmt)
+        if reduction_type == "sum" and t in ("float", "double"):
+            acc.plain_sum = (t, value)
+        if reduction_type == "welford":
+            acc.welford = (t, value)
+            return CValue(name=acc.name, code="", ctype=t, acc=acc)
+        out_t = ctype(dtype)
+        val = self._val(f"({out_t})({acc.name}.result())", out_t, [])
+        val.acc = acc
+        return val
+
+    def getitem(self, value, i):
+        if value.acc is None:
+            raise CodegenError(f"getitem of a value that is not a multi-part reduction: {value.name}")
+        val = self._val(f"{value.acc.name}.get({int(i)})", value.ctype, [])
+        val.acc = value.acc  # computed from the accumulator: it belongs after the loop
+        return val
+
+    def unary(self, name, a):
+        t = "bool" if name in ("logical_not", "isnan", "isinf") else a.ctype
+        if name == "bitwise_not":
+            expr = f"!({a.name})" if a.ctype == "bool" else f"~({a.name})"
+        elif name in _UNARY_CALL:
+            arg = a.name if a.ctype in ("float", "double") else f"(double)({a.name})"
+            expr = f"{_UNARY_CALL[name]}({arg})"
+        else:
+            expr = _UNARY_TEMPLATE[name].format(a=a.name, T=a.ctype)
+        return self._val(f"({t})({expr})", t, [a])
+
+    def binary(self, name, a, b):
+        t = "bool" if name in BOOL_RESULT else a.ctype
+        expr = _BINARY_TEMPLATE[name].format(a=a.name, b=b.name, T=t)
+        return self._val(f"({t})({expr})", t, [a, b])
+
+    def where(self, c, a, b):
+        t = a.ctype  # the recorder gives where the dtype of its first value
+        return self._val(f"{c.name} ? ({t})({a.name}) : ({t})({b.name})", t, [c, a, b])
+
+
+def _widen(dtype: str, text: str) -> str:
+    if dtype == "bfloat16":
+        return f"fc_bf16_to_float({text})"
+    if dtype == "float16":
+        return f"(float)({text})"
+    return text
+
+
+def _narrow(dtype: str, text: str) -> str:
+    if dtype == "bfloat16":
+        return f"fc_float_to_bf16((float)({text}))"
+    return f"({storage_type(dtype)})({text})"
+
+
+def _round_half(dtype: str, text: str) -> str:
+    if dtype == "bfloat16":
+        return f"fc_round_bf16({text})"
+    if dtype == "float16":
+        return f"fc_round_f16({text})"
+    return text
+
