@@ -85,8 +85,8 @@ def finisher_source(name: str, params: list[str], xdefs: list[str], body: list[s
 
 
 # --------------------------------------------------------------------------- the kernel generator's side
-# ``gen`` is fireclay_triton.kernel_codegen's generator, its values ``_Val`` statements (name, line,
-# deps, dtype, dims, r, post): these functions only read and make such values.
+# ``gen`` is fireclay_triton.kernel_codegen's generator, its values ``TritonValue`` statements:
+# these functions only read and make such values.
 
 
 def split_result(gen: Any, kind: str, dtype: str, done: Any) -> Any:
@@ -94,14 +94,15 @@ def split_result(gen: Any, kind: str, dtype: str, done: Any) -> Any:
     combination of every chunk's partial. This program's partial (``done`` itself, computed
     after the loop) is stored to the workspace, at the next free slots."""
     make = type(done)
+    x = frozenset({"x"})
     slot = gen.slots
     gen.slots += len(slot_names(kind, done.name))
-    gen.split_partials.append(make("", "\n".join(partial_lines(kind, done.name, done.line, slot)), list(done.deps),
-                                   dtype, frozenset({"x"}), False))
-    combined = make(done.name, "\n".join(combined_lines(kind, done.name, slot, gen.interpret)), [], dtype,
-                    frozenset({"x"}), False, gen.stage)
+    gen.split_partials.append(make(name="", code="\n".join(partial_lines(kind, done.name, done.code, slot)),
+                                   deps=list(done.deps), dtype=dtype, dims=x))
+    combined = make(name=done.name, code="\n".join(combined_lines(kind, done.name, slot, gen.interpret)),
+                    dtype=dtype, dims=x, post=gen.stage)
     if kind == "welford":
-        combined.parts = [make(f"{done.name}_{p}", "", [combined], dtype, frozenset({"x"}), False, gen.stage)
+        combined.parts = [make(name=f"{done.name}_{p}", code="", deps=[combined], dtype=dtype, dims=x, post=gen.stage)
                           for p in ("mean", "m2", "w")]
     return combined
 
@@ -123,8 +124,8 @@ def place_split_stage(gen: Any, main: list[str], main_seen: set) -> None:
             raise NotSplittable("a reduction result is needed inside a split reduction's loop")
         for d in v.deps:
             in_kernel(d)
-        if v.line:
-            (loop if v.r else pre).extend(v.line.split("\n"))
+        if v.code:
+            (loop if v.r else pre).extend(v.code.split("\n"))
         seen.add(v)
 
     def in_finisher(v: Any) -> None:
@@ -134,8 +135,8 @@ def place_split_stage(gen: Any, main: list[str], main_seen: set) -> None:
             raise NotSplittable("a value of the reduction loop is needed after the loop")
         for d in v.deps:
             in_finisher(d)
-        if v.line:
-            gen.finisher.extend(v.line.split("\n"))
+        if v.code:
+            gen.finisher.extend(v.code.split("\n"))
         gen.finisher_seen.add(v)
 
     looping = [v for v in gen.roots if v.r]
@@ -153,5 +154,5 @@ def place_split_stage(gen: Any, main: list[str], main_seen: set) -> None:
                  "xrmask = xmask & rmask"]
         main.extend("    " + ln for ln in rdefs + gen._var_defs("r", "rindex") + loop)
     for partial in gen.split_partials:
-        main.extend(partial.line.split("\n"))
+        main.extend(partial.code.split("\n"))
     gen.split_partials = []

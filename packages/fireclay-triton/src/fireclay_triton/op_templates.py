@@ -1,0 +1,283 @@
+"""fireclay-triton's op templates: the Triton spelling of each op of the loop-body vocabulary, as
+an ops handler on fireclay-loops' kernel-emission kit (:mod:`fireclay_loops.backend`). Every
+``ops.*`` call becomes a :class:`TritonValue`, one Triton statement with its dependencies; the
+reductions are in :mod:`fireclay_triton.reduction_templates`, placement in
+:mod:`fireclay_triton.kernel_codegen`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import sympy
+
+from fireclay_loops.backend import KernelOps, Value
+from fireclay_triton.errors import CodegenError
+from fireclay_triton.prelude import BINARY_MATH, UNARY_MATH
+
+if TYPE_CHECKING:
+    from fireclay_triton.kernel_codegen import TritonKernelGen
+
+TL = {"float64": "tl.float64", "float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16",
+      "int64": "tl.int64", "int32": "tl.int32", "int16": "tl.int16", "int8": "tl.int8", "uint8": "tl.uint8",
+      "bool": "tl.int1"}
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_ARITH = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+
+
+def tl_dtype(dtype: str) -> str:
+    if dtype not in TL:
+        raise CodegenError(f"the Triton backend has no support for dtype {dtype}")
+    return TL[dtype]
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype in ("float64", "float32", "float16", "bfloat16")
+
+
+@dataclass(eq=False, kw_only=True)
+class TritonValue(Value):
+    """``name`` defined by ``code`` (a statement; several lines for some updates)."""
+
+    dtype: str
+    dims: frozenset = frozenset()  # subset of {"x", "r"}: the block axes the value varies along
+    r: bool = False  # computed inside the reduction loop
+    post: int = -1  # the latest stage whose reduction result it reads (it goes after that loop)
+    parts: list[TritonValue] = field(default_factory=list)  # welford: mean, m2, count
+    op: tuple = ()  # (op name, operand values...) for the few ops reduction patterns look for
+
+    def in_loop(self) -> bool:
+        return self.r
+
+
+class TritonOps(KernelOps):
+    """The ``ops`` handler for one node of the kernel (``flat_r``: its flat reduction index)."""
+
+    def __init__(self, gen: TritonKernelGen, flat_r: sympy.Expr):
+        super().__init__(gen)
+        self.gen = gen
+        self.flat_r = flat_r
+
+    # -- helpers
+    def _val(self, expr: str, dtype: str, deps: list[TritonValue], dims=None, op: tuple = ()) -> TritonValue:
+        def make() -> TritonValue:
+            name = self.gen.fresh("tmp")
+            return TritonValue(name=name, code=f"{name} = {expr}", deps=deps, dtype=dtype,
+                               dims=frozenset().union(*(d.dims for d in deps)) if dims is None else frozenset(dims),
+                               r=any(d.r for d in deps), post=max((d.post for d in deps), default=-1), op=op)
+
+        return self.gen.cached((expr, dtype), make)
+
+    def _const(self, text: str, dtype: str) -> TritonValue:
+        return self._val(f"tl.full({self.gen.unit_shape}, {text}, {tl_dtype(dtype)})", dtype, [], ())
+
+    def _pointer(self, buf: str, index) -> tuple[str, list[TritonValue], bool, frozenset]:
+        text, deps, dims = self.gen.index(index)
+        r = "r" in dims or any(d.r for d in deps)
+        need = frozenset({"x", "r"}) if r else frozenset({"x"})
+        if dims != need:  # a pointer must have the full block shape of its scope
+            text = f"{'zxr' if r else 'zx'} + ({text})"
+        return f"{self.gen.argument(buf)} + ({text})", deps, r, need
+
+    # -- memory
+    def load(self, buf, index):
+        gen = self.gen
+        if buf in gen.kernel.internal:
+            return gen.internal_value(buf)
+        ptr, deps, r, dims = self._pointer(buf, index)
+        if (buf, ptr) in gen.stored:  # written by this kernel: take the value, not the memory
+            return gen.stored[(buf, ptr)]
+        gen.use_buffer(buf, write=False)
+        mask = "xrmask" if r else "xmask"
+        v = self._val(f"tl.load({ptr}, {mask}, other=0)", gen.buffer_dtype(buf), deps, dims)
+        v.r = v.r or r
+        return v
+
+    def masked_load(self, buf, index, mask):
+        gen = self.gen
+        if buf in gen.kernel.internal:
+            inner = gen.internal_value(buf)
+            return self._val(f"tl.where({mask.name}, {inner.name}, 0).to({tl_dtype(inner.dtype)})", inner.dtype,
+                             [mask, inner])
+        ptr, deps, r, dims = self._pointer(buf, index)
+        gen.use_buffer(buf, write=False)
+        scope = "xrmask" if r else "xmask"
+        v = self._val(f"tl.load({ptr}, {scope} & {mask.name}, other=0)", gen.buffer_dtype(buf), deps + [mask],
+                      dims | mask.dims)
+        v.r = v.r or r
+        return v
+
+    def store(self, buf, index, value):
+        gen = self.gen
+        dtype = gen.buffer_dtype(buf)
+        if buf in gen.kernel.internal:
+            # round as a trip through memory would, so fused half-precision code matches eager
+            gen.internal[buf] = self.to_dtype(value, dtype) if value.dtype != dtype else value
+            return None
+        ptr, deps, r, dims = self._pointer(buf, index)
+        gen.use_buffer(buf, write=True)
+        gen.stored[(buf, ptr)] = self.to_dtype(value, dtype) if value.dtype != dtype else value
+        mask = "xrmask" if r else "xmask"
+        v = TritonValue(name="", code=f"tl.store({ptr}, {value.name}.to({tl_dtype(dtype)}), {mask})",
+                        deps=deps + [value], dtype=dtype, dims=dims, r=r or value.r, post=value.post)
+        gen.roots.append(v)
+        return None
+
+    store_reduction = store
+
+    # -- values
+    def constant(self, value, dtype):
+        if dtype == "bool":
+            return self._const("1" if value else "0", dtype)
+        if _is_float(dtype):
+            v = float(value)
+            text = repr(v) if math.isfinite(v) else f'float("{v}")'
+            return self._const(text, dtype)
+        return self._const(str(int(value)), dtype)
+
+    def index_expr(self, expr, dtype):
+        text, deps, dims = self.gen.index(expr)
+        if not dims and not deps:
+            text = f"zx + ({text})"
+            dims = frozenset({"x"})
+        v = self._val(f"({text}).to({tl_dtype(dtype)})", dtype, deps, dims | frozenset().union(*(d.dims for d in deps)))
+        v.r = v.r or "r" in dims
+        return v
+
+    def to_dtype(self, x, dtype):
+        if dtype == "bool":
+            return self._val(f"{x.name} != 0", dtype, [x])
+        return self._val(f"{x.name}.to({tl_dtype(dtype)})", dtype, [x], op=("to_dtype", x))
+
+    def random(self, kind, seed, offset):
+        text, deps, dims = self.gen.index(offset)
+        if "x" not in dims:
+            text = f"{'zxr' if 'r' in dims else 'zx'} + ({text})"
+        v = self._val(f"fc_random({int(seed)}, {text}, {kind == 'randn'})", "float32", deps, dims | {"x"})
+        v.r = v.r or "r" in dims
+        return v
+
+    def indirect_indexing(self, value, size, name):
+        v = TritonValue(name=name, code=f"{name} = {value.name}.to(tl.int64)", deps=[value], dtype="int64",
+                        dims=value.dims, r=value.r, post=value.post)
+        self.gen.indirect[name] = v
+        return None
+
+    # checks: device-side asserts, as eager's CUDA kernels (and Inductor) assert; lanes outside the
+    # block's mask (or the op's ``mask``) are not checked. The launcher compiles kernels with
+    # checks in Triton's debug mode, without which ``tl.device_assert`` is a no-op.
+    def check_bounds(self, value, size, negative, site, mask=None):
+        n = self.gen.size_text(size)
+        lo = f"-({n})" if negative else "0"
+        return self._check("check_bounds", site, f"({lo} <= {value.name}) & ({value.name} < {n})", value, mask, n)
+
+    def check_nonzero(self, value, site, mask=None):
+        return self._check("check_nonzero", site, f"{value.name} != 0", value, mask)
+
+    def _check(self, op, site, ok, value, mask, size=None):
+        gen = self.gen
+        check = gen.checks[gen.add_check(op, site)]
+        r = value.r or (mask is not None and mask.r)
+        live = ("xrmask" if r or "r" in value.dims else "xmask") + (f" & {mask.name}" if mask is not None else "")
+        name = gen.fresh("chk")
+        message = str(check.error(size=size))
+        gen.check_messages.append(message)
+        line = f"tl.device_assert(({ok}) | ~({live}), {message!r})\n{name} = {value.name}"
+        return TritonValue(name=name, code=line, deps=[value] + ([mask] if mask is not None else []), dtype=value.dtype,
+                           dims=value.dims, r=r, post=value.post)
+
+    def getitem(self, value, i):
+        if not value.parts:
+            raise CodegenError(f"getitem of {value.name}, which is not a multi-part reduction result")
+        return value.parts[int(i)]
+
+    # -- math
+    def where(self, c, a, b):
+        t = tl_dtype(b.dtype)
+        return self._val(f"tl.where({c.name}, {a.name}, {b.name}).to({t})", b.dtype, [c, a, b])
+
+    def unary(self, name, a):
+        if name in _BOOL_UNARY:
+            return self._val(_BOOL_UNARY[name].format(a=a.name), "bool", [a])
+        if name in _UNARY:
+            template = _UNARY[name] if _is_float(a.dtype) or name not in _SAME_FOR_INTEGERS else "{a}"
+            return self._unary(template, a)
+        if name in UNARY_MATH:
+            return self._math(UNARY_MATH[name], name, a)
+        raise AttributeError(name)
+
+    def binary(self, name, a, b):
+        if name in _CMP:
+            return self._val(f"{a.name} {_CMP[name]} {b.name}", "bool", [a, b])
+        if name in _ARITH:
+            return self._val(f"({a.name} {_ARITH[name]} {b.name}).to({tl_dtype(a.dtype)})", a.dtype, [a, b],
+                             op=(name, a, b))
+        if name in _LOGICAL:
+            return self._val(f"({a.name} != 0) {_LOGICAL[name]} ({b.name} != 0)", "bool", [a, b])
+        if name in _BINARY:
+            return self._val(f"{_BINARY[name].format(a=a.name, b=b.name)}.to({tl_dtype(a.dtype)})", a.dtype, [a, b])
+        if name in BINARY_MATH:
+            return self._math(BINARY_MATH[name], name, a, b)
+        raise AttributeError(name)
+
+    def _math(self, spellings, name, *args):
+        portable, libdevice = spellings
+        text = portable if self.gen.interpret else libdevice
+        if text is None:
+            raise CodegenError(f"ops.{name} needs CUDA's libdevice, which Triton's interpreter cannot call: run "
+                               "this program on a GPU (or with fireclay-cpp on the CPU)")
+        dtype = args[0].dtype
+        names = [a.name if _is_float(a.dtype) else f"{a.name}.to(tl.float32)" for a in args]
+        fields = dict(zip("ab", names))
+        return self._val(f"({text.format(**fields)}).to({tl_dtype(dtype)})", dtype, list(args), op=(name, *args))
+
+    def floordiv(self, a, b):
+        t = tl_dtype(a.dtype)
+        if _is_float(a.dtype):
+            return self._val(f"tl.floor({a.name} / {b.name}).to({t})", a.dtype, [a, b])
+        q = self._val(f"{a.name} // {b.name}", a.dtype, [a, b])
+        return self._val(f"tl.where((({a.name} % {b.name}) != 0) & (({a.name} < 0) != ({b.name} < 0)), "
+                         f"{q.name} - 1, {q.name}).to({t})", a.dtype, [a, b, q])
+
+    def remainder(self, a, b):
+        r = self.binary("fmod", a, b)
+        return self._val(f"tl.where(({r.name} != 0) & (({r.name} < 0) != ({b.name} < 0)), {r.name} + {b.name}, "
+                         f"{r.name}).to({tl_dtype(a.dtype)})", a.dtype, [r, b])
+
+    def pow(self, a, b):
+        if not _is_float(a.dtype):
+            return self._val(f"fc_ipow({a.name}, {b.name}).to({tl_dtype(a.dtype)})", a.dtype, [a, b])
+        return self._math(BINARY_MATH["pow"], "pow", a, b)
+
+    def _unary(self, template: str, a: TritonValue, dtype: str | None = None) -> TritonValue:
+        dtype = dtype or a.dtype
+        return self._val(f"({template.format(a=a.name)}).to({tl_dtype(dtype)})", dtype, [a])
+
+    def abs(self, a):
+        return self._unary("{a}" if a.dtype == "bool" else "tl.abs({a})", a)
+
+    def round(self, a):
+        return self._math(UNARY_MATH["round"], "round", a) if _is_float(a.dtype) else a
+
+    def sign(self, a):
+        t = tl_dtype(a.dtype)
+        nan = " + tl.where({a} != {a}, {a}, 0)" if _is_float(a.dtype) else ""
+        return self._unary(f"({{a}} > 0).to({t}) - ({{a}} < 0).to({t}){nan}", a)
+
+    def bitwise_not(self, a):
+        return self._unary("{a} == 0" if a.dtype == "bool" else "~{a}", a)
+
+
+# Op templates: ``{a}``, ``{b}`` the operands' names; the result is cast to the first operand's type.
+_LOGICAL = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}
+_BINARY = {"truediv": "({a} / {b})", "fmod": "({a} % {b})", "maximum": "fc_maximum({a}, {b})",
+           "minimum": "fc_minimum({a}, {b})",
+           "copysign": "tl.where(({b} < 0) | (({b} == 0) & (1.0 / {b} < 0)), -tl.abs({a}), tl.abs({a}))"}
+_UNARY = {"neg": "-{a}", "relu": "tl.where({a} < 0, 0, {a})", "sigmoid": "1.0 / (1.0 + tl.exp(-{a}))",
+          "reciprocal": "1.0 / {a}", "square": "{a} * {a}", "floor": "tl.floor({a})", "ceil": "tl.ceil({a})",
+          "trunc": "tl.where({a} < 0, tl.ceil({a}), tl.floor({a}))",
+          "frac": "{a} - tl.where({a} < 0, tl.ceil({a}), tl.floor({a}))"}
+_SAME_FOR_INTEGERS = {"floor", "ceil", "trunc"}  # the value itself for integers
+_BOOL_UNARY = {"logical_not": "{a} == 0", "isnan": "{a} != {a}", "isinf": 'tl.abs({a}) == float("inf")'}
