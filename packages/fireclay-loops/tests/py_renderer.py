@@ -153,7 +153,7 @@ class PyKernel(KernelEmitter):
         if any(not sympy.sympify(s).is_Integer for s in k.xsizes + k.rsizes):
             raise NotImplementedError("the Python renderer needs static sizes")
         outer = Scope()
-        for stage, nodes in self.stages().items():
+        for nodes in self.stages().values():
             self.roots, self.inits = [], []
             for kn in nodes:
                 kn.node.body.run(PyOps(self), kn.var_map)
