@@ -100,7 +100,10 @@ class CppKernelGen(KernelEmitter):
         return cpp_code(expr, ranges=self.symbol_range)
 
     def indirect_deps(self, expr) -> list[CValue]:
-        return [self.indirect[s.name] for s in sympy.sympify(expr).free_symbols if s.name in self.indirect]
+        """The indirect index values ``expr`` reads, by name: the same text in every process
+        (a set of symbols iterates in an order that varies with string hashing)."""
+        names = sorted(s.name for s in sympy.sympify(expr).free_symbols)
+        return [self.indirect[n] for n in names if n in self.indirect]
 
     # -- generation
     def generate(self) -> KernelSource:
