@@ -121,9 +121,12 @@ def capture_py313(session: nox.Session) -> None:
     """fireclay-capture's conformance and break corpora on CPython 3.13 (not part of ``tests``).
 
     torch for 3.13 comes from the registry as its CUDA build (several GB), so this environment is
-    kept and reused between runs instead of being rebuilt like the package sessions' ones."""
-    _install(session, *(_path(d) for d in ("fireclay-ir", "fireclay-shapes")),
-             f"{_path('fireclay-capture')}[test]", "torch")
+    kept and reused between runs instead of being rebuilt like the package sessions' ones. nox
+    needs a ``python3.13`` on PATH (with pyenv: ``PYENV_VERSION=3.11.7:3.13.0``)."""
+    # Not through _install: a local wheel folder holds torch for this machine's default Python
+    # only, and uv takes a package from the first place that has it.
+    session.install("-c", str(ROOT / "constraints.txt"), *(_path(d) for d in ("fireclay-ir", "fireclay-shapes")),
+                    f"{_path('fireclay-capture')}[test]", "torch")
     tests = ROOT / "packages" / "fireclay-capture" / "tests"
     _pytest(session, str(tests / "test_corpus.py"), str(tests / "test_graph_breaks.py"))
 
