@@ -116,6 +116,12 @@ def integration(session: nox.Session) -> None:
     _pytest(session, "-n", "2", str(ROOT / "integration_tests"))
 
 
+def _torch_pin() -> str:
+    """The repository's torch pin (constraints.txt), alone."""
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    return next(line.strip() for line in lines if line.startswith("torch=="))
+
+
 @nox.session(name="capture-py313", python="3.13", reuse_venv=True)
 def capture_py313(session: nox.Session) -> None:
     """fireclay-capture's conformance and break corpora on CPython 3.13 (not part of ``tests``).
@@ -124,9 +130,10 @@ def capture_py313(session: nox.Session) -> None:
     kept and reused between runs instead of being rebuilt like the package sessions' ones. nox
     needs a ``python3.13`` on PATH (with pyenv: ``PYENV_VERSION=3.11.7:3.13.0``)."""
     # Not through _install: a local wheel folder holds torch for this machine's default Python
-    # only, and uv takes a package from the first place that has it.
-    session.install("-c", str(ROOT / "constraints.txt"), *(_path(d) for d in ("fireclay-ir", "fireclay-shapes")),
-                    f"{_path('fireclay-capture')}[test]", "torch")
+    # only (uv takes a package from the first place that has it), and the registry's CUDA build of
+    # torch brings its own triton, which the repository's triton pin would refuse.
+    session.install(*(_path(d) for d in ("fireclay-ir", "fireclay-shapes")),
+                    f"{_path('fireclay-capture')}[test]", _torch_pin())
     tests = ROOT / "packages" / "fireclay-capture" / "tests"
     _pytest(session, str(tests / "test_corpus.py"), str(tests / "test_graph_breaks.py"))
 
