@@ -9,6 +9,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from fireclay import stages
 from fireclay.compile_cache import AutogradArtifactCache, scheduled_program
 from fireclay.config import config
@@ -191,6 +193,8 @@ def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | N
 
 
 def _host_tensors(example_inputs: list) -> bool:
-    """Whether a graph takes CPU tensors beyond 0-dim ones (which eager lets meet any device)."""
-    return any(getattr(x, "device", None) is not None and x.device.type == "cpu" and x.dim() > 0
-               for x in example_inputs)
+    """Whether a graph takes CPU tensors beyond 0-dim ones (which eager lets meet any device)
+    beside tensors of another device."""
+    devices = [x.device.type for x in example_inputs if isinstance(getattr(x, "device", None), torch.device)
+               and (x.device.type != "cpu" or x.dim() > 0)]
+    return "cpu" in devices and any(d != "cpu" for d in devices)
