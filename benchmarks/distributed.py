@@ -61,12 +61,16 @@ class Row:
 
 
 def build_model(name: str, tiny: bool) -> torch.nn.Module:
-    """A causal LM with random weights: GPT-2 (124M at full size) or Llama-style (about 100M)."""
+    """A causal LM with random weights: GPT-2 (124M at full size) or Llama-style (about 100M).
+
+    No key/value cache: training never reads it, and building one per step makes TorchDynamo
+    recompile per layer under FSDP2 (its guards read the cache's per-layer state).
+    """
     if name == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
 
         size = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=512, n_positions=128) if tiny else {}
-        cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **size)
+        cfg = GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=False, **size)
         return GPT2LMHeadModel(cfg)
     if name == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -75,7 +79,7 @@ def build_model(name: str, tiny: bool) -> torch.nn.Module:
                      num_key_value_heads=2, vocab_size=512) if tiny else
                 dict(hidden_size=768, intermediate_size=2048, num_hidden_layers=10, num_attention_heads=12,
                      num_key_value_heads=4, vocab_size=32000))
-        return LlamaForCausalLM(LlamaConfig(max_position_embeddings=2048, **size))
+        return LlamaForCausalLM(LlamaConfig(max_position_embeddings=2048, use_cache=False, **size))
     raise SystemExit(f"unknown model {name!r}: gpt2 or llama")
 
 
