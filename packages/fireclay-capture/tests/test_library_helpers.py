@@ -126,3 +126,54 @@ def test_the_id_of_a_list_made_in_the_trace_is_never_used_as_a_number():
 
     e = explain(fn)(torch.randn(3))
     assert e.graph_count == 0 and e.eager_frames  # the frame runs eagerly rather than guess
+
+
+TYPE_CASTS = [
+    ("dtype", lambda x: x.type(torch.float64) * 2),
+    ("dtype keyword", lambda x: x.type(dtype=torch.int32) + 1),
+    ("legacy name", lambda x: x.type("torch.HalfTensor") - 1),
+    ("name as a constant", lambda x: (x + 1, x.type())),
+    ("same dtype", lambda x: x.type(x.dtype) * 3),
+]
+
+
+@pytest.mark.parametrize("fn", [f for _, f in TYPE_CASTS], ids=[n for n, _ in TYPE_CASTS])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64])
+def test_tensor_type_is_a_cast_in_one_graph(fn, dtype):
+    """``Tensor.type`` is not an op of the torch dialect (given a string it imports by name): a
+    cast to a dtype or legacy name is recorded as ``Tensor.to``, the name alone is a constant."""
+    compiled = capture(fn, fullgraph=True)
+    for _ in range(2):
+        x = (torch.randn(2, 3) * 4).to(dtype)
+        got, want = compiled(x), fn(x)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            if isinstance(w, str):
+                assert g == w
+            else:
+                assert g.dtype == w.dtype
+                torch.testing.assert_close(g, w)
+    assert compiled.stats.captures == 1
+
+
+def test_a_denied_tensor_method_runs_eagerly_not_in_the_graph():
+    def fn(x):
+        y = x * 2
+        y.share_memory_()
+        return y + 1
+
+    compiled = capture(fn)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), fn(x))
+    ops = [node.op for entry in compiled.cache.entries if entry.program is not None
+           for graph in entry.program.graphs.values() for node in graph.nodes]
+    assert ops and not any("share_memory_" in op for op in ops)
+
+
+def test_a_legacy_name_on_another_device_is_not_a_plain_cast():
+    compiled = capture(lambda x: x.type("torch.cuda.FloatTensor"))
+    x = torch.randn(2, dtype=torch.float64)
+    if torch.cuda.is_available():
+        torch.testing.assert_close(compiled(x), x.type("torch.cuda.FloatTensor"))
+    else:
+        with pytest.raises((RuntimeError, AssertionError)):  # as eager: no CUDA here
+            compiled(x)

@@ -17,6 +17,7 @@ from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.variables.base import ConstVar, Var, const, is_constant_value
 from fireclay_capture.variables.containers import BaseListVar, DictVar, ListVar, TupleVar
 from fireclay_ir import Device, DType, Layout, MemoryFormat, ScalarType, TensorMeta, Value
+from fireclay_ir.dialects.torch import DENIED
 
 if TYPE_CHECKING:
     from fireclay_capture.tracer import Tracer
@@ -127,10 +128,39 @@ def tensor_method(tx: Tracer, t: TensorVar, name: str, args: list[Var], kwargs: 
         a = [x.as_python_constant() for x in args]
         k = {n: x.as_python_constant() for n, x in kwargs.items()}
         return const(getattr(t.fake, name)(*a, **k))
-    if name == "type" and not args and not kwargs:
-        raise Unsupported("Tensor.type() as a string")
+    if name == "type":
+        return _tensor_type(tx, t, args, kwargs)
     method = getattr(torch.Tensor, name)
     return record_call(tx, f"Tensor.{name}", method, [t, *args], kwargs)
+
+
+def _legacy_type_names() -> dict[str, torch.dtype]:
+    """``torch.FloatTensor``-style names of the CPU tensor types (``torch.cuda.*`` names also move
+    the tensor: those calls run eagerly)."""
+    names = {}
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.uint8, torch.int8,
+                  torch.int16, torch.int32, torch.int64, torch.bool):
+        legacy = torch.empty(0, dtype=dtype).type()
+        names[legacy] = dtype
+    return names
+
+
+def _tensor_type(tx: Tracer, t: TensorVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    """``Tensor.type()``: the legacy type name, a constant of the trace; ``Tensor.type(dtype)`` and
+    ``Tensor.type("torch.HalfTensor")``: a cast, recorded as ``Tensor.to`` (``Tensor.type`` itself is
+    not an op of the torch dialect: given a string it imports a module by name)."""
+    if not args and not kwargs:
+        name = {v: k for k, v in _legacy_type_names().items()}.get(t.fake.dtype)
+        if name is None:
+            raise Unsupported(f"Tensor.type() of a {t.fake.dtype} tensor")
+        return const(name if t.device == "cpu" else name.replace("torch.", f"torch.{t.device.split(':')[0]}.", 1))
+    given = args[0] if args else kwargs.get("dtype")
+    target = given.as_python_constant() if isinstance(given, ConstVar) else None
+    if isinstance(target, str):
+        target = _legacy_type_names().get(target)
+    if not isinstance(target, torch.dtype) or set(kwargs) - {"dtype", "non_blocking"}:
+        raise Unsupported("Tensor.type(...) with arguments other than a dtype or a legacy type name")
+    return record_call(tx, "Tensor.to", torch.Tensor.to, [t, const(target)], {})
 
 
 # --------------------------------------------------------------------------- recording
@@ -261,6 +291,8 @@ def _with_meta_device(fn):
 
 def record_call(tx: Tracer, name: str, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Run ``fn`` on fakes and record it as ``torch::<name>``; returns the Var of its result."""
+    if name in DENIED:  # the call runs eagerly: a graph must not hold what no document may run
+        raise Unsupported(f"{name} is not an op of the torch dialect (it reaches outside tensors)")
     fake_args = [_to_fake(a) for a in args]
     fake_kwargs = {k: _to_fake(v) for k, v in kwargs.items()}
     ir_args = [_to_ir(a) for a in args]
