@@ -9,8 +9,6 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from fireclay import stages
 from fireclay.compile_cache import AutogradArtifactCache, scheduled_program
 from fireclay.config import config
@@ -156,18 +154,10 @@ def _note_once(topic: str, message: str) -> None:
 
 def _codegen_or_interpreter(program: Program, example_inputs: list, options: dict[str, Any] | None = None,
                             artifacts: AutogradArtifactCache | None = None,
-                            record: stages.GraphRecord | None = None, fullgraph: bool = False,
-                            backward: bool = False) -> Compiled:
+                            record: stages.GraphRecord | None = None, fullgraph: bool = False) -> Compiled:
     """Code generation for one aten graph; if it fails (or the generated code fails at a call),
     that graph runs in the interpreter with one warning saying why, so a gap in code generation
     costs speed, never a wrong answer or an error (``fullgraph``: the failure propagates)."""
-    if backward and _targets_gpu(example_inputs) and _host_tensors(example_inputs):
-        # A CUDA backward taking tensors its forward saved on the CPU (index tensors, which eager
-        # accepts for CUDA tensors) is not yet checked on a GPU in generated code: the library
-        # calls of the interpreter run it.
-        stages.hints_log.info("fireclay: a CUDA backward graph takes CPU tensors saved by its forward "
-                              "(index tensors made on the CPU); it runs in the interpreter")
-        return interpreter_backend(program, example_inputs)
     return guarded_codegen(lambda: _codegen_compiler(program, example_inputs, options, artifacts, record=record),
                            lambda: interpreter_backend(program, example_inputs), program, fullgraph)
 
@@ -189,12 +179,4 @@ def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | N
     codegen = functools.partial(_codegen_or_interpreter, options=dict(options or {}), artifacts=artifacts,
                                 record=record, fullgraph=fullgraph)
     return compile_program(program, example_inputs, fw_compiler=codegen,
-                           bw_compiler=functools.partial(codegen, backward=True), artifact_cache=artifacts)
-
-
-def _host_tensors(example_inputs: list) -> bool:
-    """Whether a graph takes CPU tensors beyond 0-dim ones (which eager lets meet any device)
-    beside tensors of another device."""
-    devices = [x.device.type for x in example_inputs if isinstance(getattr(x, "device", None), torch.device)
-               and (x.device.type != "cpu" or x.dim() > 0)]
-    return "cpu" in devices and any(d != "cpu" for d in devices)
+                           bw_compiler=codegen, artifact_cache=artifacts)
