@@ -287,6 +287,15 @@ CASES = (
         case("diagonal.default", T(4, 6), -1, id="diagonal.negative_offset"),
         case("diagonal.default", T(2, 3, 3), 0, 1, 2, id="diagonal.batched"),
         case("baddbmm.default", T(2, 4, 3), T(2, 4, 5), T(2, 5, 3), beta=0.5, alpha=2.0, atol=1e-4),
+        # writes through views, functionalized (the backward of slices and of a rotary embedding)
+        case("slice_scatter.default", T(4, 8), T(4, 3), 1, 2, 5, id="slice_scatter.middle"),
+        case("slice_scatter.default", T(2, 3, 8), T(2, 3, 4), -1, 4, 9223372036854775807, id="slice_scatter.to_end"),
+        case("slice_scatter.default", T(6, 5), T(2, 5), 0, -2, id="slice_scatter.negative_start"),
+        case("slice_scatter.default", T(6, 5), T(6, 5), id="slice_scatter.whole"),
+        case("slice_scatter.default", T(8, 3), T(3, 3), 0, 1, 7, 2, id="slice_scatter.step_fallback"),
+        case("slice_scatter.default", T(4, 8, dtype=I64), T(4, 2, dtype=I64), 1, 0, 2, id="slice_scatter.int"),
+        case("select_scatter.default", T(4, 8), T(8), 0, 2, id="select_scatter.row"),
+        case("select_scatter.default", T(3, 4, 5), T(3, 5), 1, -1, id="select_scatter.negative_index"),
     ]
 )
 

@@ -9,6 +9,7 @@ from typing import Any
 import sympy
 
 from fireclay_loops import dtypes, exprs
+from fireclay_loops.lowering.context import fallback
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import GeneratedValue, TensorValue, load_broadcast, view
 from fireclay_loops.ops import ops
@@ -161,6 +162,67 @@ def lower_constant_pad_nd(ctx, x, pad, value=0):
         if mask is None or mask is outer:
             return x.load(old, outer)
         return ops.where(mask, ops.to_dtype(x.load(old, mask), compute), ops.constant(value, compute))
+
+    return GeneratedValue(size, dtype, device, fn)
+
+
+# --------------------------------------------------------------------------- scatters of views
+# Functionalization turns writes through views into these (the backward of a slice or a cat, a
+# rotary embedding's halves); computed in place of the copy + strided write that the aten op does.
+
+
+def _const_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, sympy.Integer):
+        return int(value)
+    return None
+
+
+@register_lowering("slice_scatter.default")
+def lower_slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+    size, dtype, device = ctx.out_meta()
+    dim = dim % len(size) if size else 0
+    first = 0 if start is None else _const_int(start)
+    if first is None or _const_int(step) != 1 or not size:
+        return fallback(ctx)  # a symbolic start (its sign decides where it counts from) or a stride
+    if first < 0:
+        wrapped = first + size[dim]
+        if not isinstance(wrapped, (int, sympy.Integer)):
+            return fallback(ctx)
+        first = max(int(wrapped), 0)
+    lo = sympy.Integer(first)
+    hi = lo + src.size[dim]  # the slice's length is src's: eager checks they agree
+    compute = dtypes.compute_dtype(dtype)
+
+    def fn(idx, outer=None):
+        inside = _in_range(idx[dim], lo, hi)
+        shifted = list(idx)
+        shifted[dim] = idx[dim] - lo
+        load_mask = inside if outer is None else ops.logical_and(outer, inside)
+        new = ops.to_dtype(src.load(shifted, load_mask), compute)
+        return ops.where(inside, new, ops.to_dtype(x.load(list(idx), outer), compute))
+
+    return GeneratedValue(size, dtype, device, fn)
+
+
+@register_lowering("select_scatter.default")
+def lower_select_scatter(ctx, x, src, dim, index):
+    size, dtype, device = ctx.out_meta()
+    position = _const_int(index)
+    if position is None or not size:
+        return fallback(ctx)
+    dim = dim % len(size)
+    at = position + size[dim] if position < 0 else sympy.Integer(position)
+    compute = dtypes.compute_dtype(dtype)
+
+    def fn(idx, outer=None):
+        here = ops.eq(ops.index_expr(idx[dim], "int64"), ops.to_dtype(ops.index_expr(at, "int64"), "int64"))
+        load_mask = here if outer is None else ops.logical_and(outer, here)
+        new = ops.to_dtype(src.load(list(idx[:dim]) + list(idx[dim + 1:]), load_mask), compute)
+        return ops.where(here, new, ops.to_dtype(x.load(list(idx), outer), compute))
 
     return GeneratedValue(size, dtype, device, fn)
 
