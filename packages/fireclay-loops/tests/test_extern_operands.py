@@ -185,3 +185,37 @@ def test_fused_attention_reads_a_dense_last_dimension(build, shapes, fusion):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def _bias_operand(program):
+    from fireclay_loops.ir import ExternNode
+
+    lowered = lower(program)
+    calls = [n for n in lowered.nodes if isinstance(n, ExternNode) and "attention" in n.op]
+    assert len(calls) == 1
+    op = calls[0].op.split("::")[-1]
+    from fireclay_loops.lowering.extern import BIAS_POSITIONS
+
+    return calls[0].args[BIAS_POSITIONS[op]]
+
+
+@pytest.mark.parametrize("keys", [7, 16, 30])
+@pytest.mark.parametrize("op", ["_scaled_dot_product_efficient_attention.default"])
+@pytest.mark.parametrize("bias_shape", [(2, 3, 5, None), (2, 1, 5, None), (1, 1, 5, None)])
+def test_attention_masks_reach_the_kernel_aligned(op, keys, bias_shape):
+    """A computed mask (here a scaled input) is stored in rows padded to 16 elements, as eager's
+    scaled_dot_product_attention pads it: the kernels refuse a mask whose batch, head or query
+    stride is not a multiple of 16 bytes (a relative-position bias of 197 keys raised
+    "attn_bias is not correctly aligned (strideB)" on CUDA)."""
+    b = AtenBuilder()
+    q = b.input(torch.randn(2, 3, 5, 8))
+    k = b.input(torch.randn(2, 3, keys, 8))
+    v = b.input(torch.randn(2, 3, keys, 8))
+    shape = [n if n is not None else keys for n in bias_shape]
+    bias = b.call("mul.Tensor", b.input(torch.randn(shape)), 0.5)
+    bias = b.call("expand.default", bias, [2, 3, 5, keys])
+    results = b.call(op, q, k, v, bias, False)
+    arg = _bias_operand(b.output(results[0]))
+    strides = [s for n, s in zip(arg.size[:-1], arg.stride[:-1]) if int(n) != 1]
+    assert all(int(s) % 16 == 0 for s in strides), (arg.size, arg.stride)
+    assert int(arg.offset) % 16 == 0 and int(arg.stride[-1]) == 1

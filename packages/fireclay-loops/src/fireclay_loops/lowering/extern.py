@@ -7,11 +7,13 @@ when the producer did not store them so already (a program input, say)."""
 
 from __future__ import annotations
 
+import sympy
+
 from fireclay_ir import Value
 from fireclay_loops import exprs, layout
 from fireclay_loops.lowering.context import fallback
 from fireclay_loops.lowering.registry import register_lowering
-from fireclay_loops.lowering.values import TensorValue
+from fireclay_loops.lowering.values import BufferValue, TensorValue
 
 # (addmm: fireclay_loops.lowering.matmul)
 EXTERN_OPS = (
@@ -63,12 +65,50 @@ def _dense_last_dim(ctx) -> dict:
     return replace
 
 
+# The memory-efficient (and cuDNN) kernels also need the additive mask's batch, head and query
+# strides, and its start, to be multiples of 16 bytes (they check it: "attn_bias is not
+# correctly aligned"). Eager's scaled_dot_product_attention pads the mask's last dimension to a
+# multiple of 16 and passes a slice of it; a buffer the lowering lays out densely loses that pad.
+BIAS_POSITIONS = {
+    "_scaled_dot_product_efficient_attention.default": 3,
+    "_scaled_dot_product_efficient_attention_backward.default": 4,
+    "_scaled_dot_product_cudnn_attention.default": 3,
+    "_scaled_dot_product_cudnn_attention_backward.default": 8,
+}
+BIAS_ALIGNMENT = 16  # elements: 16 bytes or more for every dtype the kernels take
+
+
+def _aligned(v: BufferValue) -> bool:
+    steps = [st for sz, st in zip(v.size[:-1], v.stride[:-1]) if not exprs.equal(sz, 1)]
+    return all(exprs.to_static(x) is not None and exprs.to_static(x) % BIAS_ALIGNMENT == 0
+               for x in [*steps, v.offset])
+
+
+def _aligned_bias(ctx, replace: dict) -> dict:
+    """``replace`` plus, where the op takes an attention mask whose strides or start are not
+    aligned, a copy of it laid out in rows padded to :data:`BIAS_ALIGNMENT` elements."""
+    position = BIAS_POSITIONS.get(ctx.node.target)
+    if position is None or position >= len(ctx.node.args) or not isinstance(ctx.node.args[position], Value):
+        return replace
+    a = ctx.node.args[position]
+    v = replace.get(a) or ctx.env.get(a)
+    if not isinstance(v, TensorValue) or v.rank < 2:
+        return replace
+    if isinstance(v, BufferValue) and _aligned(v):
+        return replace
+    last = exprs.to_static(v.size[-1])
+    if last is None:
+        return replace  # a symbolic row length: the kernel's own check reports it
+    padded = [*v.size[:-1], sympy.Integer(-(-last // BIAS_ALIGNMENT) * BIAS_ALIGNMENT)]
+    return {**replace, a: ctx.pointwise(v.size, v.dtype, v.device, v.load, stride=exprs.contiguous_strides(padded))}
+
+
 def lower_fused_attention(ctx, *args, **kwargs):
-    return fallback(ctx, kind="extern", replace=_dense_last_dim(ctx))
+    return fallback(ctx, kind="extern", replace=_aligned_bias(ctx, _dense_last_dim(ctx)))
 
 
 def lower_fused_attention_backward(ctx, *args, **kwargs):
-    return fallback(ctx, kind="fallback", replace=_dense_last_dim(ctx))
+    return fallback(ctx, kind="fallback", replace=_aligned_bias(ctx, _dense_last_dim(ctx)))
 
 
 for _target in FUSED_ATTENTION_OPS:
