@@ -22,13 +22,13 @@ worker sends back.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from fireclay_triton.config import config
 from fireclay_triton.errors import TritonBackendError
 
 _SHARED_DEFAULT_LIMIT = 49152  # bytes of shared memory a kernel may use without opting in
@@ -220,8 +220,8 @@ def load(binary: KernelBinary, arg_names: list[str], nargs: int, device: int) ->
 
 
 def enabled() -> bool:
-    """``FIRECLAY_TRITON_DIRECT_LAUNCH=0`` sends every launch through Triton's ``fn[grid](...)``."""
-    return os.environ.get("FIRECLAY_TRITON_DIRECT_LAUNCH", "1") != "0"
+    """``config.direct_launch`` off sends every launch through Triton's ``fn[grid](...)``."""
+    return config.direct_launch
 
 
 # ---------------------------------------------------------------------------------------- the store

@@ -27,7 +27,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from fireclay_loops.cache_dirs import private_folder, write_atomic
+from fireclay_ir.files import write_atomic
+from fireclay_loops.cache_dirs import private_folder
 
 _lock = threading.Lock()
 _done: list[str] = []  # the key, once install has run
