@@ -10,9 +10,9 @@ and keeps one instance of it as its ``config``::
 
     config = LoopsSettings.from_environment()
 
-**The environment rule.** Field ``name`` of section ``S`` is read from ``FIRECLAY_S_NAME``
+**The environment rule.** Field ``name`` of a section is read from ``FIRECLAY_<SECTION>_<NAME>``
 (capitals); the two shared sections, fireclay-ir's (what every stage reads: the cache folder,
-boundary verification) and the umbrella's, have no section part: ``FIRECLAY_NAME``. Variables are
+boundary verification) and the umbrella's, have no section part: ``FIRECLAY_<NAME>``. Variables are
 read when the instance is made by :meth:`Settings.from_environment` (at the package's import) and
 again by :meth:`Settings.reload_from_environment`; a value that does not parse as the field's type
 is an error naming the variable.

@@ -23,7 +23,7 @@ import importlib
 import importlib.util
 from typing import Any
 
-from fireclay_ir.settings import Settings, setting
+from fireclay_ir.settings import SettingInfo, Settings, setting
 
 # section name -> the package whose ``config`` it is
 SECTIONS: dict[str, str] = {
@@ -89,6 +89,10 @@ class Config(Settings, section=""):
             if importlib.util.find_spec(module) is not None:
                 out[section] = getattr(self, section)
         return out
+
+    def describe_all(self) -> list[SettingInfo]:
+        """Every setting of fireclay and its installed stages, as docs/settings.md lists them."""
+        return [*self.describe(), *(info for section in self.sections().values() for info in section.describe())]
 
 
 def _section_fields(module: str) -> set[str]:
