@@ -16,9 +16,7 @@ turn them off only for inputs you trust. What they cost is measured in docs/stat
 ``channels_last`` names device types, not devices: ``cpu``, ``cuda``. On the CPU, oneDNN runs
 convolutions on channels-last tensors without reordering them on every call, and on CUDA cuDNN
 runs its NHWC kernels, so the layout around convolutions is channels-last by default on both (see
-:mod:`fireclay_loops.layout`). Measured on an H100 (the benchmarks' cnn_bn, preset large): inference
-2.48x of eager channels-last (Inductor 1.75x); training 1.86x once batch norm's per-channel
-reductions were split over programs (``split_reductions``), 0.40x before that. Float32 precision
+:mod:`fireclay_loops.layout`; what it gains is measured in docs/status.md). Float32 precision
 on CUDA: under torch's default ``torch.backends.cudnn.allow_tf32 = True``, cuDNN picks TF32 kernels
 for NHWC convolutions where eager's NCHW calls often do not (a BatchNorm network's float32
 gradients moved by up to 5e-2 relative at small sizes; with TF32 off they match eager to 1e-6).

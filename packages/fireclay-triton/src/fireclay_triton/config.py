@@ -32,7 +32,7 @@ class Config(Settings, section="triton"):
                                         "compile_program(..., max_autotune=True) asks for one program)")
     dump_dir: str = setting("", "a folder every compiled program's kernels and wrapper are written to "
                                 "(empty: none)")
-    # The default: see docs/status.md for the softmax rows measured in one tile and looped.
+    # The default comes from softmax rows measured in one tile and looped (docs/status.md).
     persistent_limit: int = setting(16384, "the longest reduction done in one tile")
     precompile: bool = setting(True, "compile every kernel at compile_program time, in parallel (off: each "
                                      "compiles lazily at its first launch)")

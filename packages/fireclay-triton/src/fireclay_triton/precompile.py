@@ -14,7 +14,7 @@ time, and compiled ahead:
   the first job comes when the fireclay backend started it, compiling a batch in forked workers),
   so that the Python front end of each compile never contends for this process's GIL; else on a
   thread pool (much of a compile runs outside the GIL: ptxas is a subprocess, the MLIR passes
-  are native; 2 threads compiled about 1.6x as fast as one on a 2-core machine). With
+  are native: docs/status.md). With
   ``config.direct_launch`` off launches go through Triton's ``fn[grid]``, and compiling
   ahead goes through Triton's ``warmup`` into the cache it reads;
 * for a named target without a GPU (:func:`compile_for_target`, what ``benchmarks/compile_time.py``
