@@ -59,7 +59,7 @@ def test_op_matches_eager_on_gpu(op, args, kwargs, atol, rtol, first_only, dtype
 @pytest.mark.parametrize("fn,inputs,atol,rtol", PROGRAMS)
 def test_program_matches_eager_on_gpu(fn, inputs, atol, rtol, looped):
     b, program, tensors = build_program(fn, inputs, "cuda")
-    cfg = Config(persistent_limit=1 if looped else None)
+    cfg = Config(persistent_limit=1) if looped else Config()
     compiled = compile_program(program, tensors, cfg=cfg)
     for seed in (0, 1):
         _, _, tensors = build_program(fn, inputs, "cuda", seed=seed)
