@@ -18,7 +18,7 @@ DOC = REPO / "docs" / "settings.md"
 BEGIN, END = "<!-- settings tables: begin -->", "<!-- settings tables: end -->"
 SECTION_TITLES = {"": "fireclay (`fireclay.config`)", "shared": "shared by every stage (`fireclay_ir.config`, "
                   "`fireclay.config.shared`)"}
-# Settings whose effect is applied when they are set (fireclay.config's _changed hook calls the
+# Settings whose effect is applied when they are set (fireclay.config's on_change hook calls the
 # logging module), rather than read where they act.
 APPLIED_WHEN_SET = {("", "log"), ("", "verbose")}
 

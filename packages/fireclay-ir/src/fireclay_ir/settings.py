@@ -173,19 +173,20 @@ class Settings:
     def __setattr__(self, name: str, value: Any) -> None:
         kinds = _field_types(type(self))
         if name not in kinds:
-            raise AttributeError(self._unknown(name))
+            raise AttributeError(self.unknown_setting(name))
         if not _accepts(kinds[name], value):
             raise TypeError(f"{self._where()}.{name} expects {_type_name(kinds[name])}, got {value!r}")
         object.__setattr__(self, name, value)
-        self._changed(name)
+        self.on_change(name)
 
-    def _changed(self, name: str) -> None:
+    def on_change(self, name: str) -> None:
         """Called after field ``name`` is set (a section whose knob must act at once overrides it)."""
 
     def _where(self) -> str:
         return f"{type(self).__module__.split('.')[0]}.config"
 
-    def _unknown(self, name: str) -> str:
+    def unknown_setting(self, name: str) -> str:
+        """The message for a name that is not a setting (a section may point to where it lives)."""
         return (f"{self._where()} has no setting {name!r}; settings are: "
                 f"{', '.join(sorted(_field_types(type(self))))}")
 
@@ -197,7 +198,7 @@ class Settings:
         kinds = _field_types(type(self))
         for name, value in changes.items():
             if name not in kinds:
-                raise AttributeError(self._unknown(name))
+                raise AttributeError(self.unknown_setting(name))
             if not _accepts(kinds[name], value):
                 raise TypeError(f"{self._where()}.{name} expects {_type_name(kinds[name])}, got {value!r}")
         return _Patch(self, changes)

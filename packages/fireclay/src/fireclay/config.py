@@ -65,9 +65,9 @@ class Config(Settings, section=""):
             raise AttributeError(name)
         if name in SECTIONS:
             return importlib.import_module(SECTIONS[name]).config
-        raise AttributeError(self._unknown(name))
+        raise AttributeError(self.unknown_setting(name))
 
-    def _unknown(self, name: str) -> str:
+    def unknown_setting(self, name: str) -> str:
         for section, module in SECTIONS.items():
             found = importlib.util.find_spec(module) is not None and name in _section_fields(module)
             if found:
@@ -76,7 +76,7 @@ class Config(Settings, section=""):
         return (f"fireclay.config has no setting {name!r}; settings are: {', '.join(sorted(self.as_dict()))}, "
                 f"and the sections {', '.join(SECTIONS)}")
 
-    def _changed(self, name: str) -> None:
+    def on_change(self, name: str) -> None:
         if name == "verbose":
             importlib.import_module("fireclay.logs").set_verbose(self.verbose)
         elif name == "log":
