@@ -24,6 +24,7 @@ sys.path.append(os.path.join(HERE, "..", "..", "fireclay-loops", "tests"))
 from aten_builder import AtenBuilder  # noqa: E402
 
 import fireclay_cpp  # noqa: E402
+import fireclay_ir  # noqa: E402
 from fireclay_cpp import Config  # noqa: E402
 
 
@@ -65,8 +66,8 @@ def main() -> None:
     program, b, xs = block()
     cold, warm = [], []
     for _ in range(args.repeat):
-        with tempfile.TemporaryDirectory() as cache:
-            cfg = Config(cache_dir=cache)
+        with tempfile.TemporaryDirectory() as cache, fireclay_ir.config.patch(cache_dir=cache):
+            cfg = Config()
             start = time.perf_counter()
             compiled = fireclay_cpp.compile_program(program, cfg=cfg)
             cold.append(time.perf_counter() - start)

@@ -12,7 +12,14 @@ import pytest
 import torch
 
 import fireclay_cpp
+import fireclay_ir
 from fireclay_cpp import BuildError, Config, build_libraries, build_library, cache_key
+
+
+@pytest.fixture(autouse=True)
+def cache_root(tmp_path, monkeypatch):
+    """Each test caches under its own folder: the shared cache root (``FIRECLAY_CACHE_DIR``)."""
+    monkeypatch.setattr(fireclay_ir.config, "cache_dir", str(tmp_path))
 
 
 def _source(tag: int) -> str:
@@ -25,7 +32,7 @@ def _answer(lib) -> int:
 
 
 def test_second_build_hits_the_cache(tmp_path):
-    cfg = Config(cache_dir=str(tmp_path))
+    cfg = Config()
     first = build_library(_source(41), cfg)
     second = build_library(_source(41), cfg)
     assert not first.cached and first.seconds > 0
@@ -35,17 +42,17 @@ def test_second_build_hits_the_cache(tmp_path):
 
 
 def test_key_depends_on_source_flags_and_compiler(tmp_path):
-    base = Config(cache_dir=str(tmp_path))
+    base = Config()
     keys = {cache_key(_source(1), base), cache_key(_source(2), base),
-            cache_key(_source(1), Config(cache_dir=str(tmp_path), extra_flags=["-DFOO"]))}
+            cache_key(_source(1), Config(extra_flags="-DFOO"))}
     assert len(keys) == 3
-    assert cache_key(_source(1), base) == cache_key(_source(1), Config(cache_dir=str(tmp_path)))
+    assert cache_key(_source(1), base) == cache_key(_source(1), Config())
 
 
 def _build_elsewhere(source: str, cache_dir: str) -> str:
     """Build in another process (damaging a library this process has loaded would crash it)."""
-    script = "import sys; from fireclay_cpp import Config, build_library; " \
-             "print(build_library(sys.argv[1], Config(cache_dir=sys.argv[2])).path)"
+    script = "import sys; import fireclay_ir; from fireclay_cpp import Config, build_library; " \
+             "fireclay_ir.config.cache_dir = sys.argv[2]; print(build_library(sys.argv[1], Config()).path)"
     out = subprocess.run([sys.executable, "-c", script, source, cache_dir], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
@@ -54,7 +61,7 @@ def _build_elsewhere(source: str, cache_dir: str) -> str:
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "delete_record"])
 def test_corrupt_entry_is_rebuilt(tmp_path, damage):
-    cfg = Config(cache_dir=str(tmp_path))
+    cfg = Config()
     path = _build_elsewhere(_source(7), str(tmp_path))
     size = os.path.getsize(path)
     if damage == "truncate":
@@ -77,8 +84,10 @@ def test_concurrent_builds_of_one_key(tmp_path):
     valid, and the compiler ran at most... once per process (the second usually finds it built)."""
     script = textwrap.dedent(f"""
         import ctypes, sys
+        import fireclay_ir
         from fireclay_cpp import Config, build_library
-        lib = build_library({_source(99)!r} + "// " + "x" * 20000 + "\\n", Config(cache_dir=sys.argv[1]))
+        fireclay_ir.config.cache_dir = sys.argv[1]
+        lib = build_library({_source(99)!r} + "// " + "x" * 20000 + "\\n", Config())
         lib.handle.answer.restype = ctypes.c_int64
         print(lib.handle.answer(), lib.cached)
     """)
@@ -89,7 +98,7 @@ def test_concurrent_builds_of_one_key(tmp_path):
     answers = [o[0].split() for o in outs]
     assert all(a[0] == "99" for a in answers)
     assert [a[1] for a in answers].count("False") >= 1  # someone compiled
-    cfg = Config(cache_dir=str(tmp_path))
+    cfg = Config()
     assert build_library(_source(99) + "// " + "x" * 20000 + "\n", cfg).cached
     leftovers = [f for _, _, files in os.walk(tmp_path) for f in files if f.endswith(".tmp")]
     assert leftovers == []
@@ -97,25 +106,24 @@ def test_concurrent_builds_of_one_key(tmp_path):
 
 def test_compiler_error_is_reported_with_the_source_path(tmp_path):
     with pytest.raises(BuildError, match=r"the C\+\+ compiler failed on .*\.cpp"):
-        build_library('extern "C" int broken( {', Config(cache_dir=str(tmp_path)))
+        build_library('extern "C" int broken( {', Config())
 
 
 def test_missing_compiler_says_what_to_do(tmp_path):
-    with pytest.raises(BuildError, match="FIRECLAY_CXX"):
-        build_library(_source(1), Config(cache_dir=str(tmp_path), compiler="no-such-compiler-fc"))
+    with pytest.raises(BuildError, match="FIRECLAY_CPP_COMPILER"):
+        build_library(_source(1), Config(compiler="no-such-compiler-fc"))
 
 
 def test_several_libraries_build_in_parallel(tmp_path):
-    libs = build_libraries([_source(i) for i in range(3)] + [_source(0)], Config(cache_dir=str(tmp_path)))
+    libs = build_libraries([_source(i) for i in range(3)] + [_source(0)], Config())
     assert [_answer(lib) for lib in libs] == [0, 1, 2, 0]
     assert libs[0].path == libs[3].path
     assert all(not lib.cached for lib in libs)
 
 
-def test_program_compile_hits_cache_and_env_var_picks_the_folder(tmp_path, monkeypatch):
+def test_program_compile_hits_cache_in_the_shared_root(tmp_path):
     from aten_builder import AtenBuilder
 
-    monkeypatch.setenv("FIRECLAY_CACHE_DIR", str(tmp_path))
     x = torch.randn(5, 6)
     b = AtenBuilder()
     program = b.output(b.call("tanh.default", b.input(x)))

@@ -39,7 +39,7 @@ def _mlp(rows: int = 12, width: int = 16, depth: int = 2):
 
 
 def _compile(program, keep: int | None = None):
-    return fireclay_cpp.compile_program(program, cfg=Config(keep_arena_bytes=keep))
+    return fireclay_cpp.compile_program(program, cfg=Config() if keep is None else Config(keep_arena_bytes=keep))
 
 
 def _check(compiled, b, inputs, tol=1e-5):

@@ -34,6 +34,27 @@ def test_multiple_outputs_and_names_are_unique():
     assert (a.index, b.index) == (0, 1)
 
 
+@pytest.mark.parametrize("taken", [[], ["y"], ["y", "y_1"]])
+def test_copy_node_maps_arguments_and_keeps_names_unique(taken):
+    src = Graph("main")
+    x = src.add_input("x", _meta(4))
+    y, idx = src.call("aten::max.dim", [x, 0], {"keepdim": False}, out=[_meta(), _meta(dtype="int64")], name="y")
+    src.set_outputs([y, idx])
+    dst = Graph("other")
+    names = [dst.add_input(name, _meta(4)) for name in taken]
+    x2 = dst.add_input("x2", _meta(4))
+    copy = dst.copy_node(y.node, {x: x2}.__getitem__)
+    assert copy.op == y.node.op and copy.args == (x2, 0) and copy.kwargs == {"keepdim": False}
+    assert copy.meta == y.node.meta and copy.meta is not y.node.meta
+    assert [o.type for o in copy.outputs] == [y.type, idx.type] and [o.index for o in copy.outputs] == [0, 1]
+    assert x2.users == [copy] and copy.graph is dst and y.node.graph is src
+    all_names = [v.name for v in names] + [x2.name] + [o.name for o in copy.outputs]
+    assert len(set(all_names)) == len(all_names)
+    dst.set_outputs(list(copy.outputs))
+    with pytest.raises(IRError, match="already belongs"):
+        dst.insert(copy)
+
+
 def test_erase_refuses_used_values():
     g = Graph()
     x = g.add_input("x", _meta(3))

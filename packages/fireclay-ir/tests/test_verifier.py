@@ -185,14 +185,11 @@ def test_boundary_checks_follow_the_debug_flag(monkeypatch):
         verify_at_boundaries(saved)
 
 
-def test_env_var_turns_boundary_checks_on(monkeypatch):
-    import fireclay_ir.verifier as verifier
+def test_env_var_turns_boundary_checks_on():
+    from fireclay_ir import SharedSettings
 
-    monkeypatch.setattr(verifier, "_ENABLED", None)
-    monkeypatch.setenv("FIRECLAY_VERIFY", "1")
-    assert verify_at_boundaries()
-    monkeypatch.setenv("FIRECLAY_VERIFY", "0")
-    assert not verify_at_boundaries()
+    assert SharedSettings.from_environment({"FIRECLAY_VERIFY": "1"}).verify
+    assert not SharedSettings.from_environment({"FIRECLAY_VERIFY": "0"}).verify
 
 
 def test_verifying_and_passes_do_not_import_torch():

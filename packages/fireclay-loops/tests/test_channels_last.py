@@ -132,7 +132,7 @@ def test_environment_variable(monkeypatch, raw, expected):
         monkeypatch.delenv("FIRECLAY_LOOPS_CHANNELS_LAST", raising=False)
     else:
         monkeypatch.setenv("FIRECLAY_LOOPS_CHANNELS_LAST", raw)
-    assert Config.from_env().channels_last == expected
+    assert Config.from_environment().channels_last == expected
 
 
 def test_symbolic_sizes():

@@ -10,13 +10,13 @@ overhead.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
 import torch
 from bandwidth import _call, _meta
 
+import fireclay_triton
 from fireclay_ir import Graph, Program
 from fireclay_triton import compile_program, cudagraphify
 
@@ -67,10 +67,9 @@ def main() -> None:
         inputs = [torch.randn(s, device="cuda") for s in shapes]
         compiled = compile_program(program, inputs)
         # the same program launched through Triton's own fn[grid](...) on every launch
-        os.environ["FIRECLAY_TRITON_DIRECT_LAUNCH"] = "0"
-        plain = compile_program(program, inputs)
-        plain(*inputs)
-        del os.environ["FIRECLAY_TRITON_DIRECT_LAUNCH"]
+        with fireclay_triton.config.patch(direct_launch=False):
+            plain = compile_program(program, inputs)
+            plain(*inputs)
         graphed = cudagraphify(compiled, inputs)
         want = eager_block(*inputs)
         for got in (compiled(*inputs), compiled(*inputs), plain(*inputs), graphed(*inputs), graphed(*inputs)):

@@ -8,6 +8,7 @@ import torch
 from aten_builder import AtenBuilder, T
 from programs import PROGRAMS, build_program
 
+import fireclay_ir
 from fireclay_ir import Graph, Program, TensorMeta
 from fireclay_loops import lower, schedule
 from fireclay_triton import (
@@ -60,7 +61,8 @@ def test_kernels_doing_the_same_work_share_one_function():
 @interpreted
 def test_a_shared_function_runs_each_kernel_on_its_own_buffers(tmp_path):
     program = _two_softmaxes_around_a_matmul()
-    compiled = compile_program(program, cfg=Config(cache_dir=str(tmp_path)))
+    with fireclay_ir.config.patch(cache_dir=str(tmp_path)):
+        compiled = compile_program(program, cfg=Config())
     (function,) = {k.function for k in compiled.kernels}
     assert compiled.kernel_source.count(f"def {function}(") == 1 and len(compiled.kernels) == 2
     x, w = torch.randn(6, 6), torch.randn(6, 6)
@@ -113,7 +115,8 @@ def test_symbolic_batch_size_is_a_kernel_argument():
 @interpreted
 def test_dump_writes_readable_artifacts(tmp_path):
     b, program, tensors = _softmax_program(5, 40)
-    compiled = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path / "cache")))
+    with fireclay_ir.config.patch(cache_dir=str(tmp_path / "cache")):
+        compiled = compile_program(program, tensors, cfg=Config())
     paths = compiled.dump(str(tmp_path / "dump"))
     names = sorted(os.path.basename(p) for p in paths)
     assert names == ["kernels.py", "schedule.txt", "wrapper.py"]
@@ -208,7 +211,8 @@ def test_scaled_softmax_stores_only_its_result(rows, cols, tmp_path):
     b = AtenBuilder()
     hx, hs = b.input(x, "x"), b.input(scale, "scale")
     program = b.output(b.call("_softmax.default", b.call("mul.Tensor", hx, hs), 1, False))
-    compiled = compile_program(program, cfg=Config(cache_dir=str(tmp_path)))
+    with fireclay_ir.config.patch(cache_dir=str(tmp_path)):
+        compiled = compile_program(program, cfg=Config())
     (k,) = compiled.kernels
     assert k.kind == ("persistent" if cols <= 16384 else "looped")
     assert k.source.count("tl.store(") == 1

@@ -12,6 +12,8 @@ import reduction_programs  # noqa: E402
 from optable import check_case  # noqa: E402
 from programs import PROGRAMS, build_program  # noqa: E402
 
+import fireclay_ir  # noqa: E402
+import fireclay_triton  # noqa: E402
 from fireclay_triton import Config, compile_program  # noqa: E402
 
 CASES = test_op_table.CASES
@@ -57,7 +59,7 @@ def test_op_matches_eager_on_gpu(op, args, kwargs, atol, rtol, first_only, dtype
 @pytest.mark.parametrize("fn,inputs,atol,rtol", PROGRAMS)
 def test_program_matches_eager_on_gpu(fn, inputs, atol, rtol, looped):
     b, program, tensors = build_program(fn, inputs, "cuda")
-    cfg = Config(persistent_limit=1 if looped else None)
+    cfg = Config(persistent_limit=1) if looped else Config()
     compiled = compile_program(program, tensors, cfg=cfg)
     for seed in (0, 1):
         _, _, tensors = build_program(fn, inputs, "cuda", seed=seed)
@@ -80,10 +82,11 @@ def test_program_half_precision_on_gpu(fn, inputs, atol, rtol, dtype):
         torch.testing.assert_close(g.float(), w.float(), atol=tol[0] * 2, rtol=tol[1] * 2)
 
 
-def test_autotuning_result_is_cached_on_disk(tmp_path):
+def test_autotuning_result_is_cached_on_disk(tmp_path, monkeypatch):
     fn, inputs, atol, rtol = PROGRAMS[2].values  # softmax over long rows: several configs to try
     b, program, tensors = build_program(fn, inputs, "cuda")
-    cfg = Config(cache_dir=str(tmp_path), autotune=True)
+    monkeypatch.setattr(fireclay_ir.config, "cache_dir", str(tmp_path))
+    cfg = Config(autotune=True)
     first = compile_program(program, tensors, cfg=cfg)
     torch.testing.assert_close(first(*tensors)[0], b.eager(*tensors)[0], atol=1e-5, rtol=1e-5)
     assert (tmp_path / "triton" / "autotune.json").exists()
@@ -178,7 +181,8 @@ def test_compiled_programs_under_cuda_graphs(fn, inputs, atol, rtol):
 def test_max_autotune_matches_eager_and_caches_apart(fn, inputs, atol, rtol, tmp_path):
     import json
     b, program, tensors = build_program(fn, inputs, "cuda")
-    compiled = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path)), max_autotune=True)
+    with fireclay_ir.config.patch(cache_dir=str(tmp_path)):
+        compiled = compile_program(program, tensors, cfg=Config(), max_autotune=True)
     for seed in (0, 1):
         _, _, tensors = build_program(fn, inputs, "cuda", seed=seed)
         for g, w in zip(compiled(*tensors), b.eager(*tensors)):
@@ -202,15 +206,16 @@ def test_first_call_compiles_nothing_after_compiling_ahead(fn, inputs, atol, rto
         return False  # compile as usual
 
     b, program, tensors = build_program(fn, inputs, "cuda")
-    ahead = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path / "a"), autotune=True))
+    with fireclay_ir.config.patch(cache_dir=str(tmp_path / "a")):
+        ahead = compile_program(program, tensors, cfg=Config(autotune=True))
     report = ahead.precompile_report
     assert report is not None and report.jobs >= len(ahead.kernels) and not report.failures
     monkeypatch.setattr(knobs.runtime, "jit_cache_hook", record)
     got = ahead(*tensors)
     assert lazy_compiles == []  # every launch of the first call (autotuning included) was compiled ahead
     monkeypatch.setattr(knobs.runtime, "jit_cache_hook", None)
-    lazy = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path / "b"), autotune=True,
-                                                        precompile=False))
+    with fireclay_ir.config.patch(cache_dir=str(tmp_path / "b")):
+        lazy = compile_program(program, tensors, cfg=Config(autotune=True, precompile=False))
     assert lazy.precompile_report is None
     for g, want_lazy, want in zip(got, lazy(*tensors), b.eager(*tensors)):
         torch.testing.assert_close(g, want, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))
@@ -226,7 +231,8 @@ def test_a_kernel_that_fails_to_compile_ahead_is_reported_not_raised(tmp_path):
     module, _ = load_module(BROKEN, str(tmp_path))
     fn, inputs, _, _ = PROGRAMS[0].values
     _, program, tensors = build_program(fn, inputs, "cuda")
-    good = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path), precompile=False))
+    with fireclay_ir.config.patch(cache_dir=str(tmp_path)):
+        good = compile_program(program, tensors, cfg=Config(precompile=False))
     from fireclay_triton.api import program_compile_jobs
     jobs = program_compile_jobs(good, torch.cuda.get_device_name())
     jobs.append(CompileJob("broken_kernel", module.broken_kernel, (torch.float32, 100),
@@ -250,12 +256,13 @@ def _c_builds(monkeypatch, tmp_path) -> list:
 
 @pytest.mark.parametrize("pool", ["threads", "processes"])
 def test_kernels_launch_without_building_c_code(pool, tmp_path, monkeypatch):
-    monkeypatch.setenv("FIRECLAY_TRITON_COMPILE_POOL", pool)
+    monkeypatch.setattr(fireclay_triton.config, "compile_pool", pool)
     builds = _c_builds(monkeypatch, tmp_path)
     for program_id in ("residual_norm_gelu", "softmax_rows_3000", "argmax_ties_2100"):
         fn, inputs, atol, rtol = next(p.values for p in PROGRAMS if p.id == program_id)
         b, program, tensors = build_program(fn, inputs, "cuda")
-        compiled = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path / "fireclay")))
+        with fireclay_ir.config.patch(cache_dir=str(tmp_path / "fireclay")):
+            compiled = compile_program(program, tensors, cfg=Config())
         for _ in range(2):
             for g, w in zip(compiled(*tensors), b.eager(*tensors)):
                 torch.testing.assert_close(g, w, atol=max(atol, 1e-4), rtol=max(rtol, 1e-4))
@@ -263,11 +270,12 @@ def test_kernels_launch_without_building_c_code(pool, tmp_path, monkeypatch):
 
 
 def test_through_tritons_launcher_the_launchers_are_built_while_compiling(tmp_path, monkeypatch):
-    monkeypatch.setenv("FIRECLAY_TRITON_DIRECT_LAUNCH", "0")
+    monkeypatch.setattr(fireclay_triton.config, "direct_launch", False)
     builds = _c_builds(monkeypatch, tmp_path)
     fn, inputs, atol, rtol = next(p.values for p in PROGRAMS if p.id == "residual_norm_gelu")
     b, program, tensors = build_program(fn, inputs, "cuda")
-    compiled = compile_program(program, tensors, cfg=Config(cache_dir=str(tmp_path / "fireclay")))
+    with fireclay_ir.config.patch(cache_dir=str(tmp_path / "fireclay")):
+        compiled = compile_program(program, tensors, cfg=Config())
     assert builds, "compiling ahead built no launcher"
     builds.clear()
     for g, w in zip(compiled(*tensors), b.eager(*tensors)):

@@ -237,10 +237,8 @@ def test_a_broken_server_is_not_restarted(monkeypatch):
     ("threads", 16, "threads"), ("processes", 2, "processes"), ("bogus", 16, "processes"),
 ])
 def test_compile_pool_choice(monkeypatch, env, workers, expected):
+    import fireclay_triton
     from fireclay_triton.precompile import pool_kind
 
-    if env is None:
-        monkeypatch.delenv("FIRECLAY_TRITON_COMPILE_POOL", raising=False)
-    else:
-        monkeypatch.setenv("FIRECLAY_TRITON_COMPILE_POOL", env)
+    monkeypatch.setattr(fireclay_triton.config, "compile_pool", env or "")
     assert pool_kind(workers) == expected

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 import fireclay
 from fireclay.backends import builtin
-from fireclay.config import Config, reload_from_environment
+from fireclay.config import Config
 
 
 class Gate:
@@ -59,7 +59,7 @@ def gpu_path(monkeypatch, tmp_path):
 
     monkeypatch.setattr(builtin, "tiered", spy)
     fireclay.wait_compiled()  # forget graphs of earlier tests
-    with fireclay.config.patch(cache_dir=str(tmp_path), background_compile=True):
+    with fireclay.config.shared.patch(cache_dir=str(tmp_path)), fireclay.config.patch(background_compile=True):
         yield gate, made
     gate.open.set()  # never leave the background thread waiting for the next test
     fireclay.wait_compiled(60)
@@ -263,7 +263,7 @@ def test_background_compile_is_off_when_asked_and_under_cuda_graphs(gpu_path, ho
 def test_environment_variable_turns_it_off(monkeypatch):
     assert Config().background_compile is True
     monkeypatch.setenv("FIRECLAY_BACKGROUND_COMPILE", "0")
-    assert reload_from_environment(Config()).background_compile is False
+    assert Config.from_environment().background_compile is False
 
 
 def test_wait_compiled_times_out_while_a_compile_is_held(gpu_path):

@@ -32,7 +32,7 @@ class Block(torch.nn.Module):
 
 @pytest.fixture
 def cache_dir(tmp_path):
-    with fireclay.config.patch(cache_dir=str(tmp_path / "cache"), compile_cache=True):
+    with fireclay.config.shared.patch(cache_dir=str(tmp_path / "cache")), fireclay.config.patch(compile_cache=True):
         fireclay.reset_cache_stats()
         yield tmp_path / "cache"
     fireclay.reset_cache_stats()

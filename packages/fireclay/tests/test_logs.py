@@ -84,7 +84,7 @@ def test_levels_leave_other_stages_quiet(restore_loggers):
 
 def test_environment_typo_warns_and_does_not_raise(restore_loggers):
     with pytest.warns(UserWarning, match="FIRECLAY_LOG='capture,loopz': ignored 'loopz': unknown stage"):
-        levels = logs.configure_from_environment({"FIRECLAY_LOG": "capture,loopz"})
+        levels = logs.configure("capture,loopz", source="FIRECLAY_LOG")
     assert levels == {"capture": logging.INFO}
 
 
@@ -123,7 +123,7 @@ def test_the_cache_logger_is_named_like_a_stage(restore_loggers, tmp_path):
     logs.set_levels({"cache": logging.INFO}, stream=open(os.devnull, "w"))
     seen = Collect()
     logging.getLogger(logs.ROOT).addHandler(seen)
-    with fireclay.config.patch(cache_dir=str(tmp_path)):
+    with fireclay.config.shared.patch(cache_dir=str(tmp_path)):
         f = fireclay.compile(lambda x: torch.tanh(x) * 3)
         x = torch.randn(4)
         with torch.no_grad():

@@ -320,7 +320,7 @@ def test_report_and_summary_show_capture_time_and_the_compile_cache(tmp_path):
         return torch.nn.functional.gelu(x @ w).sum(dim=-1)
 
     x, w = torch.randn(3, 4), torch.randn(4, 4)
-    with fireclay.config.patch(cache_dir=str(tmp_path / "cache")):
+    with fireclay.config.shared.patch(cache_dir=str(tmp_path / "cache")):
         for round_ in range(2):  # the second compile of the same function hits the cache
             with recording(inspect_stages=False) as rec:
                 f = fireclay.compile(small)

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from fireclay_autograd.executor import run_program
-from fireclay_ir import Graph, Node, Program, TensorMeta, Value, map_values
+from fireclay_ir import Graph, Program, TensorMeta, Value, map_values
 
 # Ops whose result depends on the strides of their input, not only on its values.
 STORAGE_OPS: frozenset[str] = frozenset({
@@ -78,14 +78,8 @@ def with_input_layouts(program: Program, inputs: Sequence[Any]) -> Program:
     for v, t in zip(graph.inputs, types):
         env[v] = new.add_input(v.name, t or v.type, graph.input_spec(v))
     for node in graph.nodes:
-        args = map_values(node.args, env.__getitem__)
-        kwargs = map_values(node.kwargs, env.__getitem__)
-        copy = Node(node.op, args, kwargs, dict(node.meta))
-        for o in node.outputs:
-            out = Value(new._fresh_name(o.name), o.type, copy, o.index)
-            copy.outputs.append(out)
-            env[o] = out
-        new.insert(copy)
+        copy = new.copy_node(node, env.__getitem__)
+        env.update(zip(node.outputs, copy.outputs))
     new.set_outputs(map_values(list(graph.outputs), env.__getitem__))
     graphs = dict(program.graphs)
     graphs[graph.name] = new

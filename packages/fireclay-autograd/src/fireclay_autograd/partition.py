@@ -223,14 +223,9 @@ def _extract(graph: Graph, name: str, inputs: list[Value], outputs: list[Any], k
 
 
 def _copy_node(new: Graph, node: Node, env: dict[Value, Value]) -> None:
-    args = map_values(node.args, lambda v: _lookup(env, v, new.name))
-    kwargs = map_values(node.kwargs, lambda v: _lookup(env, v, new.name))
-    copy = Node(node.op, args, kwargs, dict(node.meta))
-    for o in node.outputs:
-        out = Value(new._fresh_name(o.name), o.type, copy, o.index)
-        copy.outputs.append(out)
+    copy = new.copy_node(node, lambda v: _lookup(env, v, new.name))
+    for o, out in zip(node.outputs, copy.outputs):
         env.setdefault(o, out)
-    new.insert(copy)
 
 
 def _lookup(env: dict[Value, Value], v: Value, graph_name: str) -> Value:

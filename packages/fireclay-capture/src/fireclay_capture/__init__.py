@@ -12,15 +12,15 @@ from fireclay_ir import require_sibling
 require_sibling("fireclay-capture", __version__, "fireclay_ir", "fireclay-ir")
 require_sibling("fireclay-capture", __version__, "fireclay_shapes", "fireclay-shapes")
 
-from fireclay_capture import config  # noqa: E402
 from fireclay_capture.api import CapturedFunction, RecompileError, capture  # noqa: E402
 from fireclay_capture.backends import lookup_backend, register_backend  # noqa: E402
 from fireclay_capture.cond import cond  # noqa: E402
+from fireclay_capture.config import CaptureSettings, config  # noqa: E402
 from fireclay_capture.controls import allow_in_graph, disable, graph_break, is_compiling  # noqa: E402
 from fireclay_capture.dynamic import mark_dynamic  # noqa: E402
 from fireclay_capture.errors import CaptureError  # noqa: E402
 from fireclay_capture.explain import Explanation, explain  # noqa: E402
 from fireclay_capture.stance import set_stance  # noqa: E402
 
-__all__ = ["CaptureError", "allow_in_graph", "CapturedFunction", "Explanation", "capture", "cond", "config", "disable", "explain", "graph_break", "is_compiling",
+__all__ = ["CaptureError", "CaptureSettings", "allow_in_graph", "CapturedFunction", "Explanation", "capture", "cond", "config", "disable", "explain", "graph_break", "is_compiling",
            "lookup_backend", "mark_dynamic", "RecompileError", "register_backend", "set_stance"]

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from fireclay_capture import config
 from fireclay_capture.backends import lookup_backend
 from fireclay_capture.cache import CacheEntry, CaptureStats, CodeCache
+from fireclay_capture.config import config
 from fireclay_capture.errors import CaptureError, NeedsFakeTensors, Unsupported, format_location
 from fireclay_capture.graph_break import plan_break
 from fireclay_capture.interpreter import Frame

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from fireclay_capture import config
+from fireclay_capture.config import config
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.liveness import live_locals
 from fireclay_capture.outputs import output_spec, rebuild

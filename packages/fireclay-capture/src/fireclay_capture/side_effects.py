@@ -206,7 +206,7 @@ class Replay:
 
 
 def replay_enabled() -> bool:
-    from fireclay_capture import config
+    from fireclay_capture.config import config
 
     return config.replay_side_effects
 

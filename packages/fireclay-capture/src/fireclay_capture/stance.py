@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from fireclay_capture import config
+from fireclay_capture.config import config
 
 STANCES: dict[str, str] = {
     "default": "capture and compile as usual",

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fireclay_capture import config
 from fireclay_capture.aliases import AliasTable
+from fireclay_capture.config import config
 from fireclay_capture.dynamic import ShapeSession, marked_dims, source_text
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.guards import GuardSet, global_state

@@ -58,7 +58,7 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
     kernels = generate_kernels(scheduled, cfg)
     groups = library_sources(kernels, cfg)
     library_of = {k.name: i for i, group in enumerate(groups) for k in group}
-    externs = ExternCalls(runtime.returns_one_tensor, runtime.linear_out() is not None, cfg.resolved_keep_arena_bytes(),
+    externs = ExternCalls(runtime.returns_one_tensor, runtime.linear_out() is not None, cfg.keep_arena_bytes,
                           runtime.may_alias_argument)
     wrapper = generate_wrapper(scheduled, {k.name: (k.buffers, k.symbols) for k in kernels}, library_of,
                                runtime.out_argument, externs, {k.name: k.checks for k in kernels if k.checks})

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 
 from fireclay_cpp.config import Config, config
 from fireclay_cpp.errors import BuildError
-from fireclay_loops.cache_dirs import cache_folder_or_private, write_atomic
+from fireclay_ir.files import write_atomic
+from fireclay_loops.cache_dirs import cache_folder_or_private
 
 try:
     import fcntl
@@ -48,7 +49,7 @@ def compiler_identity(compiler: str) -> str:
     """The compiler's resolved path and the first line of its ``--version``."""
     path = shutil.which(compiler)
     if path is None:
-        raise BuildError(f"C++ compiler {compiler!r} not found: install g++ (or clang++) or set FIRECLAY_CXX "
+        raise BuildError(f"C++ compiler {compiler!r} not found: install g++ (or clang++) or set FIRECLAY_CPP_COMPILER "
                          "to the compiler's path")
     out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
     return f"{os.path.realpath(path)} {out.stdout.splitlines()[0] if out.stdout else ''}"

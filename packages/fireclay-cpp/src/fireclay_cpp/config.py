@@ -1,13 +1,10 @@
-"""fireclay-cpp's settings, each with its environment variable.
+"""fireclay-cpp's settings section (``fireclay_cpp.config``): each field is read from
+``FIRECLAY_CPP_<NAME>`` when the package is imported (:mod:`fireclay_ir.settings`); docs/settings.md
+lists them all. A compile may take its own copy (``compile_program(..., cfg=Config(...))``).
 
-* ``FIRECLAY_CACHE_DIR``: the on-disk cache of compiled libraries (default
-  ``$XDG_CACHE_HOME/fireclay`` or ``~/.cache/fireclay``, :mod:`fireclay_loops.cache_dirs`; the C++
-  libraries go in its ``cpp/`` folder, which must be this user's alone);
-* ``FIRECLAY_CXX`` (else ``CXX``): the C++ compiler (default ``g++``);
-* ``FIRECLAY_CPP_FLAGS``: extra compiler flags, appended to the defaults;
-* ``FIRECLAY_CPP_THREADS``: the number of threads kernels are planned for (default: CPU count);
-* ``FIRECLAY_CPP_KEEP_ARENA``: the largest per-call arena (bytes) a compiled program keeps from one
-  call to the next, with every view of it made once (default 4 MiB; 0: a new arena every call).
+Compiled libraries are cached in the ``cpp/`` folder of the shared cache root
+(``fireclay_ir.config.cache_dir``, ``FIRECLAY_CACHE_DIR``; :mod:`fireclay_loops.cache_dirs`), which
+must be this user's alone.
 
 On x86-64 glibc (2.22 and later) libraries link glibc's vector math library (``-lmvec``) and the
 prelude declares its functions SIMD-callable (``-DFC_LIBMVEC``), so loops over exp, tanh, erf...
@@ -19,8 +16,10 @@ from __future__ import annotations
 import functools
 import os
 import platform
-from dataclasses import dataclass, field
+import shlex
+from dataclasses import dataclass
 
+from fireclay_ir.settings import Settings, setting
 from fireclay_loops.cache_dirs import default_root
 
 # -fno-trapping-math: no code reads floating-point exception flags, and without it GCC will not
@@ -44,45 +43,35 @@ def _has_libmvec() -> bool:
 
 
 @dataclass
-class Config:
-    cache_dir: str | None = None  # the cache root; None: fireclay_loops.cache_dirs.default_root() at use
-    compiler: str | None = None  # None: FIRECLAY_CXX, CXX, then g++
-    extra_flags: list[str] = field(default_factory=list)
-    threads: int | None = None
-    # A program whose arena of intermediates is at most this many bytes keeps it between calls
-    # (None: FIRECLAY_CPP_KEEP_ARENA, else DEFAULT_KEEP_ARENA_BYTES). Small programs spend more
-    # time making the arena and its views than in some of their kernels; large ones would hold
-    # much memory between calls for a gain that is small next to their run time.
-    keep_arena_bytes: int | None = None
-
-    def resolved_cache_root(self) -> str:
-        """The cache shared with the other stages; this package's files go in its ``cpp/``."""
-        return os.path.abspath(self.cache_dir) if self.cache_dir else default_root()
+class Config(Settings, section="cpp"):
+    compiler: str = setting("", "the C++ compiler (empty: $CXX, else g++)")
+    extra_flags: str = setting("", "compiler flags appended to the defaults, separated by spaces as on a "
+                                   "command line")
+    threads: int | None = setting(None, "the number of threads kernels are planned for (empty: the CPU count)")
+    # Small programs spend more time making the arena and its views than in some of their
+    # kernels; large ones would hold much memory between calls for a gain that is small next to
+    # their run time.
+    keep_arena_bytes: int = setting(DEFAULT_KEEP_ARENA_BYTES, "the largest per-call arena (bytes) a compiled "
+                                    "program keeps from one call to the next, with every view of it made "
+                                    "once (0: a new arena every call)")
 
     def resolved_cache_dir(self) -> str:
-        return os.path.join(self.resolved_cache_root(), "cpp")
+        """This package's folder of the cache shared with the other stages."""
+        return os.path.join(default_root(), "cpp")
 
     def resolved_compiler(self) -> str:
-        return self.compiler or os.environ.get("FIRECLAY_CXX") or os.environ.get("CXX") or "g++"
+        return self.compiler or os.environ.get("CXX") or "g++"
 
     def flags(self) -> list[str]:
         vector_math = ["-DFC_LIBMVEC"] if _has_libmvec() else []
-        return (list(DEFAULT_FLAGS) + vector_math + list(self.extra_flags)
-                + os.environ.get("FIRECLAY_CPP_FLAGS", "").split())
+        return list(DEFAULT_FLAGS) + vector_math + shlex.split(self.extra_flags)
 
     def link_flags(self) -> list[str]:
         """Libraries to link, after the source (the linker drops a library named before its users)."""
         return ["-lmvec"] if _has_libmvec() else []
 
-    def resolved_keep_arena_bytes(self) -> int:
-        if self.keep_arena_bytes is not None:
-            return self.keep_arena_bytes
-        env = os.environ.get("FIRECLAY_CPP_KEEP_ARENA")
-        return int(env) if env else DEFAULT_KEEP_ARENA_BYTES
-
     def resolved_threads(self) -> int:
-        env = os.environ.get("FIRECLAY_CPP_THREADS")
-        return self.threads or (int(env) if env else (os.cpu_count() or 1))
+        return self.threads or os.cpu_count() or 1
 
 
-config = Config()
+config = Config.from_environment()

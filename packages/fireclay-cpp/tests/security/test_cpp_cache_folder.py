@@ -16,6 +16,7 @@ import torch
 from aten_builder import AtenBuilder
 
 import fireclay_cpp
+import fireclay_ir
 from fireclay_loops import cache_dirs
 from fireclay_loops.cache_dirs import CacheFolderWarning
 
@@ -48,8 +49,8 @@ def planted_library(tmp_path_factory):
 def cache_keys(tmp_path_factory):
     """The cache keys of ``_program``'s libraries (compiled once, in a cache of its own)."""
     program, _, xs = _program()
-    cfg = fireclay_cpp.Config(cache_dir=str(tmp_path_factory.mktemp("reference")))
-    return [lib.key for lib in fireclay_cpp.compile_program(program, xs, cfg=cfg).libraries]
+    with fireclay_ir.config.patch(cache_dir=str(tmp_path_factory.mktemp("reference"))):
+        return [lib.key for lib in fireclay_cpp.compile_program(program, xs).libraries]
 
 
 @pytest.fixture(autouse=True)
@@ -116,8 +117,9 @@ def test_a_library_planted_in_a_cache_others_can_write_is_not_loaded(tmp_path, m
     mark = tmp_path / "planted-library-ran"
     monkeypatch.setenv("FC_PLANTED_MARK", str(mark))
     monkeypatch.setenv("FC_PLANTED_KEY", keys[0])
+    monkeypatch.setattr(fireclay_ir.config, "cache_dir", str(root))
     with pytest.warns(CacheFolderWarning, match="not using the compile cache folder"):
-        compiled = fireclay_cpp.compile_program(program, xs, cfg=fireclay_cpp.Config(cache_dir=str(root)))
+        compiled = fireclay_cpp.compile_program(program, xs)
     assert not mark.exists(), "a library planted in the cache was loaded"
     assert all(not lib.path.startswith(str(root)) for lib in compiled.libraries)
     fresh = [torch.randn_like(t) for t in xs]
@@ -129,7 +131,8 @@ def test_cache_folders_are_made_private(tmp_path):
     program, b, xs = _program()
     old = os.umask(0o022)
     try:
-        compiled = fireclay_cpp.compile_program(program, xs, cfg=fireclay_cpp.Config(cache_dir=str(tmp_path / "c")))
+        with fireclay_ir.config.patch(cache_dir=str(tmp_path / "c")):
+            compiled = fireclay_cpp.compile_program(program, xs)
     finally:
         os.umask(old)
     folder = os.path.dirname(compiled.libraries[0].path)

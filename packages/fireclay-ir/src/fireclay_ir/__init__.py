@@ -73,3 +73,11 @@ __all__ += [
     "get_dialect", "interpret", "lookup_op", "register_callable", "register_dialect", "to_fx", "verify",
     "verify_at_boundaries",
 ]
+
+# Settings: the one mechanism every package's section derives from, the shared section (cache
+# folder, boundary verification), and the atomic file writer every stage's caches use.
+from fireclay_ir.config import SharedSettings, config  # noqa: E402
+from fireclay_ir.files import write_atomic  # noqa: E402
+from fireclay_ir.settings import SettingInfo, Settings, setting  # noqa: E402
+
+__all__ += ["SettingInfo", "Settings", "SharedSettings", "config", "setting", "write_atomic"]

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Union
@@ -415,6 +415,16 @@ class Graph:
             self.nodes.insert(self._insert_at, node)
             self._insert_at += 1
         return node
+
+    def copy_node(self, node: Node, lookup: Callable[[Value], Any]) -> Node:
+        """Insert a copy of ``node`` (usually from another graph) at the insertion point: the same
+        op, meta and output types, its arguments' values mapped through ``lookup``, its outputs
+        named after the originals (made unique in this graph). The copy's ``outputs[i]`` stands for
+        ``node.outputs[i]``."""
+        copy = Node(node.op, map_values(node.args, lookup), map_values(node.kwargs, lookup), dict(node.meta))
+        for o in node.outputs:
+            copy.outputs.append(Value(self._fresh_name(o.name), o.type, copy, o.index))
+        return self.insert(copy)
 
     @contextmanager
     def inserting_before(self, anchor: Node | None):

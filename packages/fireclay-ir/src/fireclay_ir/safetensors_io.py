@@ -18,10 +18,10 @@ import os
 import stat
 import struct
 import sys
-import tempfile
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
+from fireclay_ir.files import write_atomic
 from fireclay_ir.serde.limits import DEFAULT_LIMITS, FormatError, Limits, describe
 
 # fireclay-ir dtype name -> (safetensors dtype code, bytes per element)
@@ -80,38 +80,7 @@ def write_safetensors(path: str | os.PathLike, tensors: dict[str, RawTensor],
     text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
     text += b" " * (-(8 + len(text)) % _HEADER_ALIGN)  # pad so the data starts 8-byte aligned
     chunks = [struct.pack("<Q", len(text)), text] + [tensors[name].data for name in names]
-    replace_file(path, chunks)
-
-
-def _umask() -> int:
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _umask()  # read once, at import: reading it means setting it, which threads would race
-
-
-def replace_file(path: str | os.PathLike, chunks: list[bytes]) -> None:
-    """Write ``chunks`` to ``path`` through a temporary file made by ``mkstemp`` in its folder
-    (an unpredictable name, created exclusively: a symbolic link planted beside ``path`` cannot
-    redirect the write), renamed into place; the file gets the usual permissions (0666 less the
-    umask)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(os.fspath(path))}.", suffix=".tmp",
-                               dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-            if hasattr(os, "fchmod"):  # POSIX: mkstemp made it 0600
-                os.fchmod(f.fileno(), 0o666 & ~_UMASK)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(path, chunks, shared=True)
 
 
 def open_regular_file(path: str | os.PathLike, what: str) -> tuple[BinaryIO, int]:

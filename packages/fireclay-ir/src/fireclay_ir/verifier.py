@@ -12,9 +12,9 @@ Stages call :func:`check_boundary` when they hand a program on; it verifies only
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from fireclay_ir.config import config
 from fireclay_ir.model import (
     Device,
     DType,
@@ -220,18 +220,12 @@ def render_window(graph: Graph, node: Node, window: int = WINDOW) -> str:
 
 # --------------------------------------------------------------------------- debug mode
 
-_ENABLED: bool | None = None
-
-
 def verify_at_boundaries(enable: bool | None = None) -> bool:
-    """Whether stages verify programs they hand on; pass a bool to switch it for the process.
-    The default comes from the environment variable ``FIRECLAY_VERIFY`` (``1`` turns it on)."""
-    global _ENABLED
+    """Whether stages verify programs they hand on (``fireclay_ir.config.verify``, from
+    ``FIRECLAY_VERIFY``); pass a bool to switch it for the process."""
     if enable is not None:
-        _ENABLED = bool(enable)
-    if _ENABLED is None:
-        return os.environ.get("FIRECLAY_VERIFY", "") not in ("", "0", "false", "False")
-    return _ENABLED
+        config.verify = bool(enable)
+    return config.verify
 
 
 def check_boundary(program: Program, stage: str) -> Program:

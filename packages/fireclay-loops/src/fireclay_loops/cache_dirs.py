@@ -3,7 +3,7 @@
 Every package that writes a cache (fireclay-cpp's libraries, fireclay-triton's kernel modules and
 tuning results, the umbrella's stage artifacts) keeps it in a subfolder of one root:
 
-* ``FIRECLAY_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/fireclay`` (an absolute
+* ``fireclay_ir.config.cache_dir`` (``FIRECLAY_CACHE_DIR``) when set, else ``$XDG_CACHE_HOME/fireclay`` (an absolute
   ``XDG_CACHE_HOME`` only, as the XDG specification asks), else ``~/.cache/fireclay`` (without a
   home folder: ``<tempdir>/fireclay-<uid>``, which another user may have made first: the check
   below then refuses it).
@@ -27,9 +27,9 @@ cache (:func:`cache_folder_or_private` hands out a folder inside a private one m
 folder owned by this user (or root) cannot be handed to someone else without this user's (or
 root's) doing.
 
-Files are written with :func:`write_atomic`: a temporary file made with ``tempfile.mkstemp`` in
-the target folder (an unpredictable name, created exclusively, so a planted symbolic link cannot
-redirect the write), then renamed over the target.
+Files are written with :func:`fireclay_ir.files.write_atomic`: a temporary file made with
+``tempfile.mkstemp`` in the target folder (an unpredictable name, created exclusively, so a planted
+symbolic link cannot redirect the write), then renamed over the target.
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ import tempfile
 import threading
 import warnings
 
-__all__ = ["CacheFolderWarning", "cache_folder_or_private", "default_root", "folder_problem", "private_folder",
-           "write_atomic"]
+from fireclay_ir.config import config as shared_config
+
+__all__ = ["CacheFolderWarning", "cache_folder_or_private", "default_root", "folder_problem", "private_folder"]
 
 _lock = threading.Lock()
 _verdicts: dict[str, str | None] = {}  # folder -> the problem found, None if none
@@ -61,9 +62,9 @@ def _uid() -> int:
 
 
 def default_root() -> str:
-    """The cache root: ``FIRECLAY_CACHE_DIR``, else ``$XDG_CACHE_HOME/fireclay``, else
-    ``~/.cache/fireclay``."""
-    explicit = os.environ.get("FIRECLAY_CACHE_DIR")
+    """The cache root: ``fireclay_ir.config.cache_dir`` (``FIRECLAY_CACHE_DIR``), else
+    ``$XDG_CACHE_HOME/fireclay``, else ``~/.cache/fireclay``."""
+    explicit = shared_config.cache_dir
     if explicit:
         return os.path.abspath(explicit)
     xdg = os.environ.get("XDG_CACHE_HOME", "")
@@ -179,22 +180,6 @@ def cache_folder_or_private(folder: str) -> str:
     fallback = os.path.join(_private_fallback(), os.path.abspath(folder).lstrip(os.sep))
     _make(fallback)
     return fallback
-
-
-def write_atomic(path: str, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` through a ``mkstemp`` file in the same folder, renamed into
-    place: readers never see half a file and no predictable name is ever opened."""
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def forget_verdicts() -> None:

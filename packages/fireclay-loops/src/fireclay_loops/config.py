@@ -1,32 +1,7 @@
-"""fireclay-loops settings, one typed object; each field can come from an environment variable.
+"""fireclay-loops' settings section (``fireclay_loops.config``), one typed object.
 
-=================================  ============================================  =======
-variable                           meaning                                       default
-=================================  ============================================  =======
-``FIRECLAY_LOOPS_FUSION``          fuse loop nodes into kernels (0 turns off)    1
-``FIRECLAY_LOOPS_FUSION_ROUNDS``   most rounds of greedy fusion                  16
-``FIRECLAY_LOOPS_PERMUTE_RANK``    highest rank whose loop orders are tried      5
-``FIRECLAY_LOOPS_INLINE_OPS``      longest producer body recomputed in consumers 24
-``FIRECLAY_LOOPS_VERIFY``          verify every schedule (0 skips the check)     1
-``FIRECLAY_LOOPS_MERGE_LOOPS``     merge a kernel's adjacent loops that every    1
-                                   index walks as one (0 keeps the tensors'
-                                   loops; :mod:`fireclay_loops.merge_loops`)
-``FIRECLAY_LOOPS_CHANNELS_LAST``   device types (comma-separated; ``none``)      cpu,cuda
-                                   whose programs with 2-D convolutions keep
-                                   4-D activations channels-last
-``FIRECLAY_LOOPS_UNFUSE_ADDMM``    device types whose ``addmm`` becomes ``mm``   cuda
-                                   plus a bias our kernels fuse, when only our
-                                   kernels read it (:mod:`.lowering.matmul`)
-``FIRECLAY_LOOPS_SPLIT_REDUCE``    device types whose schedules keep            cuda
-                                   reductions with few outputs splittable over
-                                   programs (:mod:`.long_reductions`)
-``FIRECLAY_LOOPS_KERNEL_CHECKS``   check in generated kernels what eager         1
-                                   raises on: indices read from tensors
-                                   (gather, index_select, embedding, ``x[idx]``)
-                                   within their dimension, and integer ``//``,
-                                   ``%``, ``fmod``, ``div(rounding_mode=)`` by
-                                   zero on the CPU (0 turns the checks off)
-=================================  ============================================  =======
+The fields, their ``FIRECLAY_LOOPS_*`` variables and defaults are listed in docs/settings.md
+(:mod:`fireclay_ir.settings` gives the rule).
 
 ``kernel_checks``: with the checks on, an out-of-range index raises
 :class:`~fireclay_loops.errors.IndexOutOfBounds` (an ``IndexError`` and a ``RuntimeError``: eager
@@ -41,9 +16,7 @@ turn them off only for inputs you trust. What they cost is measured in docs/stat
 ``channels_last`` names device types, not devices: ``cpu``, ``cuda``. On the CPU, oneDNN runs
 convolutions on channels-last tensors without reordering them on every call, and on CUDA cuDNN
 runs its NHWC kernels, so the layout around convolutions is channels-last by default on both (see
-:mod:`fireclay_loops.layout`). Measured on an H100 (the benchmarks' cnn_bn, preset large): inference
-2.48x of eager channels-last (Inductor 1.75x); training 1.86x once batch norm's per-channel
-reductions were split over programs (``split_reductions``), 0.40x before that. Float32 precision
+:mod:`fireclay_loops.layout`; what it gains is measured in docs/status.md). Float32 precision
 on CUDA: under torch's default ``torch.backends.cudnn.allow_tf32 = True``, cuDNN picks TF32 kernels
 for NHWC convolutions where eager's NCHW calls often do not (a BatchNorm network's float32
 gradients moved by up to 5e-2 relative at small sizes; with TF32 off they match eager to 1e-6).
@@ -52,55 +25,27 @@ Set ``allow_tf32 = False`` for float32-exact convolutions, or leave ``cuda`` out
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
+import dataclasses
+
+from fireclay_ir.settings import Settings, setting
 
 
-def _env_devices(name: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    names = tuple(d.strip().lower() for d in raw.split(",") if d.strip())
-    return () if names in ((), ("none",), ("0",)) else names
+@dataclasses.dataclass
+class Config(Settings, section="loops"):
+    fusion: bool = setting(True, "fuse loop nodes into kernels (off: one kernel per loop node)")
+    max_fusion_rounds: int = setting(16, "most rounds of greedy fusion")
+    max_permutation_rank: int = setting(5, "highest rank whose loop orders are tried")
+    max_inline_ops: int = setting(24, "longest producer body recomputed in its consumers")
+    verify: bool = setting(True, "verify every schedule")
+    merge_loops: bool = setting(True, "merge a kernel's adjacent loops that every index walks as one")
+    channels_last: tuple[str, ...] = setting(("cpu", "cuda"), "device types whose programs with 2-D "
+                                             "convolutions keep 4-D activations channels-last")
+    unfuse_addmm_bias: tuple[str, ...] = setting(("cuda",), "device types whose addmm becomes mm plus a bias "
+                                                 "our kernels fuse, when only our kernels read it")
+    split_reductions: tuple[str, ...] = setting(("cuda",), "device types whose schedules keep reductions "
+                                                "with few outputs splittable over programs")
+    kernel_checks: bool = setting(True, "check in generated kernels what eager raises on: indices read from "
+                                        "tensors, integer division by zero on the CPU")
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} must be an integer") from None
-
-
-@dataclass
-class Config:
-    fusion: bool = True
-    max_fusion_rounds: int = 16
-    max_permutation_rank: int = 5
-    max_inline_ops: int = 24
-    verify: bool = True
-    merge_loops: bool = True
-    channels_last: tuple[str, ...] = ("cpu", "cuda")
-    unfuse_addmm_bias: tuple[str, ...] = ("cuda",)
-    split_reductions: tuple[str, ...] = ("cuda",)
-    kernel_checks: bool = True
-
-    @classmethod
-    def from_env(cls) -> Config:
-        return cls(
-            fusion=bool(_env_int("FIRECLAY_LOOPS_FUSION", 1)),
-            max_fusion_rounds=_env_int("FIRECLAY_LOOPS_FUSION_ROUNDS", 16),
-            max_permutation_rank=_env_int("FIRECLAY_LOOPS_PERMUTE_RANK", 5),
-            max_inline_ops=_env_int("FIRECLAY_LOOPS_INLINE_OPS", 24),
-            verify=bool(_env_int("FIRECLAY_LOOPS_VERIFY", 1)),
-            merge_loops=bool(_env_int("FIRECLAY_LOOPS_MERGE_LOOPS", 1)),
-            channels_last=_env_devices("FIRECLAY_LOOPS_CHANNELS_LAST", ("cpu", "cuda")),
-            unfuse_addmm_bias=_env_devices("FIRECLAY_LOOPS_UNFUSE_ADDMM", ("cuda",)),
-            split_reductions=_env_devices("FIRECLAY_LOOPS_SPLIT_REDUCE", ("cuda",)),
-            kernel_checks=bool(_env_int("FIRECLAY_LOOPS_KERNEL_CHECKS", 1)),
-        )
-
-
-config = Config.from_env()
+config = Config.from_environment()

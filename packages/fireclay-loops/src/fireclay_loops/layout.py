@@ -23,8 +23,8 @@ channels-last, and libraries take it as contiguous. (A library's channels-last r
 shape, a 1x1 kernel's weight gradient, reports other strides than eager's along its dimensions of
 extent 1; as a program output it is copied into eager's.)
 
-The choice is measured, not assumed: on the CPU development machine (one thread) a small VGG-like
-network's inference went from 2.6 ms to 2.0 ms with it (Inductor 1.7 ms), mostly the convolutions.
+The choice is measured, not assumed (docs/status.md): on the CPU a small VGG-like network's
+inference was faster with it, mostly the convolutions.
 """
 
 from __future__ import annotations

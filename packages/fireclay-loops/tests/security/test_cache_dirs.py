@@ -10,12 +10,13 @@ import warnings
 
 import pytest
 
+import fireclay_ir
+from fireclay_ir.files import write_atomic
 from fireclay_loops import cache_dirs
 from fireclay_loops.cache_dirs import (
     CacheFolderWarning,
     cache_folder_or_private,
     private_folder,
-    write_atomic,
 )
 
 OTHER_UID = 12345
@@ -109,13 +110,13 @@ def test_a_refused_folder_is_stood_in_for_by_a_private_one(tmp_path):
 
 
 def test_default_root_is_the_users_cache_folder(monkeypatch, tmp_path):
-    monkeypatch.delenv("FIRECLAY_CACHE_DIR", raising=False)
+    monkeypatch.setattr(fireclay_ir.config, "cache_dir", "")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert cache_dirs.default_root() == str(tmp_path / "xdg" / "fireclay")
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache_dirs.default_root() == str(tmp_path / "home" / ".cache" / "fireclay")
-    monkeypatch.setenv("FIRECLAY_CACHE_DIR", str(tmp_path / "mine"))
+    monkeypatch.setattr(fireclay_ir.config, "cache_dir", str(tmp_path / "mine"))  # FIRECLAY_CACHE_DIR
     assert cache_dirs.default_root() == str(tmp_path / "mine")
 
 

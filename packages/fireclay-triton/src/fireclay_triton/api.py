@@ -38,7 +38,7 @@ def generate_kernels(scheduled: ScheduledProgram, cfg: Config = config,
     prog = scheduled.program
     interpret = interpreting() if interpret is None else interpret
     return [generate_kernel(k, lambda b: prog.buffers[b].dtype, lambda b: prog.buffers[b].storage_numel, interpret,
-                            cfg.resolved_persistent_limit())
+                            cfg.persistent_limit)
             for k in scheduled.kernels]
 
 
@@ -109,7 +109,7 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
         compiled.compile_in_background(functools.partial(_compile_in_background, compiled, cfg, interpret, device))
     else:
         compiled.precompile_report = _compile_ahead(compiled, cfg, interpret)
-    dump = cfg.resolved_dump_dir()
+    dump = cfg.dump_dir or None
     if dump:
         compiled.dump(os.path.join(dump, f"program_{abs(hash(source)) % 10**10:010d}"))
     return compiled
@@ -121,7 +121,7 @@ def _compile_ahead(compiled: runtime.CompiledProgram, cfg: Config,
     (:mod:`fireclay_triton.precompile`). None when there is nothing to compile ahead: no kernels,
     the interpreter, no GPU, or ``FIRECLAY_TRITON_PRECOMPILE=0``. Raises :class:`CodegenError`
     for a kernel no config compiles."""
-    if not compiled.launchers or interpret or not cfg.resolved_precompile() or not torch.cuda.is_available():
+    if not compiled.launchers or interpret or not cfg.precompile or not torch.cuda.is_available():
         return None
     device = torch.cuda.current_device()
     jobs = compile_jobs(compiled.scheduled, compiled.kernels, compiled.launchers, torch.cuda.get_device_name(device),

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 
 import triton
 
-from fireclay_loops.cache_dirs import cache_folder_or_private, write_atomic
+from fireclay_ir.files import write_atomic
+from fireclay_loops.cache_dirs import cache_folder_or_private
 
 _LOCK = threading.Lock()
 

@@ -4,9 +4,7 @@ kernels on request, for one target, sending each binary back.
 A fresh process's first Triton compile costs far more than the ones after it (importing the
 compiler, hashing Triton's sources for its cache key, setting up MLIR and LLVM, the first ptxas
 run), and most of a compile's front end holds the GIL. Warmed on a thread of the compiling
-process, that work slowed the stages running beside it (an H100 host: the MLP's loops stage took
-0.3 s instead of 0.1 s while its single kernel waited for the warm-up, ready 1.6 s after the
-compile call). The server is forked as soon as a graph is known to go to the GPU
+process, that work slowed the stages running beside it (docs/status.md). The server is forked as soon as a graph is known to go to the GPU
 (:func:`fireclay_triton.warmup.prewarm`), warms up in its own process, forks its worker processes
 once it is warm (each inherits the warm compiler), and compiles every later job: a batch of
 several jobs in the workers, a single job in the server itself. The compiling process only loads the
@@ -100,7 +98,7 @@ def _nothing(_: int) -> None:
 
 def _start_pool(workers: int) -> Any:
     """``workers`` forked worker processes, started now (each inherits the warm compiler; forking
-    them took 0.24 s for BERT's 10 on an H100 host, time better spent before the first request)."""
+    them takes time better spent before the first request)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 

@@ -1,9 +1,9 @@
 """Loading compiled kernels and launching them through the CUDA driver, from Python.
 
 Triton launches a compiled kernel through C code it generates and builds with the system C
-compiler: one module for its driver utilities in each fresh process (0.6-0.9 s on an H100 host)
-and one launcher per distinct kernel signature (about 0.2 s each). With empty caches those builds
-were a third of the time until a BERT program's compiled kernels ran. Here a kernel's binary (the
+compiler: one module for its driver utilities in each fresh process and one launcher per
+distinct kernel signature; with empty caches those builds were a large part of the time until a
+BERT program's compiled kernels ran (docs/status.md). Here a kernel's binary (the
 cubin ``triton.compile`` produced) is loaded with ``cuModuleLoadData`` and launched with
 ``cuLaunchKernel``, both called through ``ctypes``: no compiler, and per launch only the argument
 slots are written and one foreign call made.
@@ -22,13 +22,13 @@ worker sends back.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from fireclay_triton.config import config
 from fireclay_triton.errors import TritonBackendError
 
 _SHARED_DEFAULT_LIMIT = 49152  # bytes of shared memory a kernel may use without opting in
@@ -220,8 +220,8 @@ def load(binary: KernelBinary, arg_names: list[str], nargs: int, device: int) ->
 
 
 def enabled() -> bool:
-    """``FIRECLAY_TRITON_DIRECT_LAUNCH=0`` sends every launch through Triton's ``fn[grid](...)``."""
-    return os.environ.get("FIRECLAY_TRITON_DIRECT_LAUNCH", "1") != "0"
+    """``config.direct_launch`` off sends every launch through Triton's ``fn[grid](...)``."""
+    return config.direct_launch
 
 
 # ---------------------------------------------------------------------------------------- the store

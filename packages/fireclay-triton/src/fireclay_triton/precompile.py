@@ -14,10 +14,10 @@ time, and compiled ahead:
   the first job comes when the fireclay backend started it, compiling a batch in forked workers),
   so that the Python front end of each compile never contends for this process's GIL; else on a
   thread pool (much of a compile runs outside the GIL: ptxas is a subprocess, the MLIR passes
-  are native; 2 threads compiled about 1.6x as fast as one on a 2-core machine). With
-  ``FIRECLAY_TRITON_DIRECT_LAUNCH=0`` launches go through Triton's ``fn[grid]``, and compiling
+  are native: docs/status.md). With
+  ``config.direct_launch`` off launches go through Triton's ``fn[grid]``, and compiling
   ahead goes through Triton's ``warmup`` into the cache it reads;
-* for a named target without a GPU (:func:`compile_for_target`, what ``scripts/compile_time.py``
+* for a named target without a GPU (:func:`compile_for_target`, what ``benchmarks/compile_time.py``
   measures on a CPU machine), through ``triton.compile`` with the specialization the launch would
   compute, which fills Triton's on-disk cache.
 
@@ -38,6 +38,7 @@ import torch
 
 from fireclay_triton import compile_server, cuda_launch, triton_key
 from fireclay_triton.autotune import LaunchConfig, next_pow2
+from fireclay_triton.config import config
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class PrecompileReport:
     failures: list[str] = field(default_factory=list)
 
 
-# what this process compiled ahead, all programs together (read by scripts/compile_time.py)
+# what this process compiled ahead, all programs together (read by benchmarks/compile_time.py)
 TOTALS = {"programs": 0, "jobs": 0, "seconds": 0.0, "failures": 0}
 
 
@@ -83,10 +84,9 @@ def _count(report: PrecompileReport) -> PrecompileReport:
 
 
 def default_workers() -> int:
-    """Threads to compile with: ``FIRECLAY_TRITON_COMPILE_THREADS``, else the usable CPU count."""
-    env = os.environ.get("FIRECLAY_TRITON_COMPILE_THREADS")
-    if env:
-        return max(1, int(env))
+    """Threads to compile with: ``config.compile_threads``, else the usable CPU count."""
+    if config.compile_threads:
+        return max(1, config.compile_threads)
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:
@@ -126,14 +126,11 @@ def mock_args(args: tuple) -> list[Any]:
 
 
 def pool_kind(workers: int | None = None) -> str:
-    """``FIRECLAY_TRITON_COMPILE_POOL``: ``threads`` (in this process) or ``processes`` (the
-    compile server, :mod:`fireclay_triton.compile_server`). Default: processes on a machine of at
-    least 4 usable CPUs that can fork (an H100 host, 16 CPUs, fresh caches: BERT's compiled
-    kernels in use 2.38 s after the first call on threads, 1.62 s in forked workers of this
-    process, 1.28 s from the compile server), threads otherwise."""
-    kind = os.environ.get("FIRECLAY_TRITON_COMPILE_POOL")
-    if kind in ("threads", "processes"):
-        return kind
+    """``config.compile_pool``: ``threads`` (in this process) or ``processes`` (the compile server,
+    :mod:`fireclay_triton.compile_server`). Default: processes on a machine of at least 4 usable
+    CPUs that can fork (faster there: docs/status.md), threads otherwise."""
+    if config.compile_pool in ("threads", "processes"):
+        return config.compile_pool
     return "processes" if (workers or default_workers()) >= 4 and hasattr(os, "fork") else "threads"
 
 
@@ -204,7 +201,7 @@ def precompile_on_device(jobs: list[CompileJob], workers: int | None = None, poo
 
 
 def _precompile_through_triton(jobs: list[CompileJob], report: PrecompileReport, pool: str | None) -> None:
-    """With launches going through Triton's ``fn[grid]`` (``FIRECLAY_TRITON_DIRECT_LAUNCH=0``):
+    """With launches going through Triton's ``fn[grid]`` (``config.direct_launch`` off):
     compile through Triton's ``warmup`` into the in-memory cache that launch reads, and build
     each signature's host launcher."""
     triton_key.install()

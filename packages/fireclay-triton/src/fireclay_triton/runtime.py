@@ -13,11 +13,12 @@ from typing import Any
 
 import torch
 
+from fireclay_ir.files import write_atomic
 from fireclay_loops.backend.runtime import CompiledCall, bound_op, input_base
 from fireclay_loops.backend.runtime import aten_op as shared_aten_op
 from fireclay_loops.backend.runtime import conform as conform  # re-exported for the wrapper
 from fireclay_loops.backend.runtime import view as view
-from fireclay_loops.cache_dirs import cache_folder_or_private, write_atomic
+from fireclay_loops.cache_dirs import cache_folder_or_private
 from fireclay_triton import background, cuda_launch, precompile
 from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, next_pow2, tuning_key
 from fireclay_triton.background import BackgroundCompile

@@ -3,8 +3,8 @@ process need not compute it again.
 
 Every Triton compile, a cache hit too, starts from ``triton.runtime.cache.triton_key()``: a
 SHA-256 over Triton's compiler and language sources and its 400 MB ``libtriton`` library, hashed
-in one stream once per process (0.38 s on a 2-core CPU machine, 0.4-0.8 s on an H100 host: most
-of a warm start's compile time, and the largest part of a cold start's compiler warm-up).
+in one stream once per process: most of a warm start's compile time, and the largest part of a
+cold start's compiler warm-up (docs/status.md).
 
 :func:`install` replaces that key, in this process (and the compile server it forks), by one
 computed here from every file of Triton's package, large files hashed in parallel chunks
@@ -27,7 +27,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from fireclay_loops.cache_dirs import private_folder, write_atomic
+from fireclay_ir.files import write_atomic
+from fireclay_loops.cache_dirs import private_folder
 
 _lock = threading.Lock()
 _done: list[str] = []  # the key, once install has run

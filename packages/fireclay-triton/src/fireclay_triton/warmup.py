@@ -3,8 +3,7 @@ generation.
 
 The first kernel a fresh process compiles costs far more than the ones after it: importing
 Triton's compiler, hashing Triton's own sources for its cache key, asking ptxas its version,
-setting up MLIR and LLVM, the first ptxas run, and loading the CUDA driver library (0.5-0.9 s on
-an H100 host, against 0.04 s for the next kernel). :func:`prewarm` starts that work as soon as a
+setting up MLIR and LLVM, the first ptxas run, and loading the CUDA driver library (docs/status.md). :func:`prewarm` starts that work as soon as a
 caller knows a graph will go to the GPU (the fireclay backend calls it when it receives a graph
 with CUDA inputs, before the autograd and loops stages run): it starts the compile server
 (:mod:`fireclay_triton.compile_server`), which compiles one tiny kernel for the device's target

@@ -12,6 +12,7 @@ import pytest
 import torch
 from aten_builder import AtenBuilder
 
+import fireclay_ir
 from fireclay_loops import cache_dirs
 from fireclay_loops.cache_dirs import CacheFolderWarning
 from fireclay_triton import Config, compile_program
@@ -41,7 +42,8 @@ def _digest(source: str) -> str:
 @pytest.fixture(scope="module")
 def kernel_source(tmp_path_factory):
     program, _ = _program()
-    compiled = compile_program(program, cfg=Config(cache_dir=str(tmp_path_factory.mktemp("reference"))))
+    with fireclay_ir.config.patch(cache_dir=str(tmp_path_factory.mktemp("reference"))):
+        compiled = compile_program(program, cfg=Config())
     return compiled.kernel_source
 
 
@@ -82,11 +84,13 @@ def test_a_planted_kernel_file_is_never_imported(tmp_path, monkeypatch, kernel_s
     _forget_module(kernel_source, monkeypatch)
     program, b = _program()
     if weaken == "none":  # the user's own cache: the file is compared with the source and rewritten
-        compiled = compile_program(program, cfg=Config(cache_dir=str(root)))
+        with fireclay_ir.config.patch(cache_dir=str(root)):
+            compiled = compile_program(program, cfg=Config())
         assert path.read_text() == kernel_source
     else:
         with pytest.warns(CacheFolderWarning):
-            compiled = compile_program(program, cfg=Config(cache_dir=str(root)))
+            with fireclay_ir.config.patch(cache_dir=str(root)):
+                compiled = compile_program(program, cfg=Config())
         assert path.read_text() == _planted(kernel_source, mark)  # left alone, not used
     assert not mark.exists(), "a planted kernel file was imported"
     _check_against_eager(compiled, b)

@@ -21,8 +21,8 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-from fireclay import logs  # noqa: E402,F401  (reads FIRECLAY_LOG)
-from fireclay.config import Config, config  # noqa: E402
+from fireclay import logs  # noqa: E402,F401
+from fireclay.config import Config, config  # noqa: E402  (reads the FIRECLAY_* variables)
 
 # Siblings checked for a compatible version when the stages are first loaded; fireclay-triton
 # only where it is installed (it is the `cuda` extra: a CPU-only install goes without it).
@@ -66,7 +66,6 @@ def _load_stages() -> None:
                     raise  # a version mismatch, not a missing triton
     from fireclay import stages
 
-    config.write_through()
     stages.install()
     _stages_loaded = True
 

@@ -7,8 +7,7 @@ stages made the first time:
   fireclay-autograd's artifact text (:func:`fireclay_autograd.dumps_artifact`);
 * ``loops``: the scheduled loop program of each aten program, in the ``loops`` dialect;
 * code generation keeps its own caches (fireclay-cpp's shared libraries by source hash under
-  ``<cache_dir>/cpp``, fireclay-triton's kernels and Triton's), which this cache points at the
-  same folder.
+  ``<cache root>/cpp``, fireclay-triton's kernels and Triton's), all under the same root.
 
 Entries are read and written only in folders that are this user's alone
 (:func:`fireclay_loops.cache_dirs.private_folder`): under a folder that is not, with one warning,
@@ -18,7 +17,7 @@ Keys are SHA-256 digests of the stage's input program in fireclay-ir's canonical
 by metadata, never their values), the metadata of the inputs (dtype, shape, strides, device,
 requires_grad), grad mode, the stage's configuration, the versions of fireclay, its stages and
 torch, and a digest of those stages' source files. Entries live under
-``<cache root>/artifacts/<stage>/`` (the root: ``config.cache_dir``, by default the user's cache
+``<cache root>/artifacts/<stage>/`` (the root: ``fireclay.config.shared.cache_dir``, by default the user's cache
 folder); each file starts with a header holding the digest of its
 payload, is written to a temporary file and renamed into place (readers never see half a file),
 and an entry that fails its checksum or does not load is counted as corrupt, rebuilt and
@@ -42,7 +41,8 @@ import torch
 
 from fireclay import stages
 from fireclay.config import config
-from fireclay_loops.cache_dirs import default_root, private_folder, write_atomic
+from fireclay_ir.files import write_atomic
+from fireclay_loops.cache_dirs import default_root, private_folder
 
 log = logging.getLogger("fireclay.cache")
 
@@ -79,7 +79,7 @@ class CorruptEntry(Exception):
 
 
 def _root() -> str:
-    return os.path.join(config.cache_dir or default_root(), "artifacts")
+    return os.path.join(default_root(), "artifacts")
 
 
 def _trusted(folder: str) -> bool:

@@ -7,7 +7,8 @@ A stage package used on its own logs under its distribution's module name
 those records are forwarded to the matching ``fireclay.<stage>`` logger, so configuring
 ``fireclay.capture`` configures both and a root handler sees each record once.
 
-The environment variable ``FIRECLAY_LOG`` turns output on, read when this module is imported::
+The environment variable ``FIRECLAY_LOG`` (``fireclay.config.log``, read when fireclay is imported;
+assigning the setting applies a new spec) turns output on::
 
     FIRECLAY_LOG="capture,loops=debug"   # capture at INFO, loops at DEBUG
     FIRECLAY_LOG="+autograd"             # "+stage" is short for stage=debug
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 import time
 import warnings
@@ -56,7 +56,6 @@ CHANNELS: dict[str, str] = {
 }
 QUIET = ("graph_breaks", "guards", "output_code", "stage_times")
 ROOT = "fireclay"
-ENV_VAR = "FIRECLAY_LOG"
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "warn": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
@@ -147,15 +146,15 @@ def set_levels(levels: dict[str, int], stream=None) -> None:
         root.addHandler(handler)
 
 
-def configure_from_environment(environ=None) -> dict[str, int]:
-    """Apply ``FIRECLAY_LOG``; returns the levels it set. Problems become one warning."""
-    spec = (environ if environ is not None else os.environ).get(ENV_VAR, "")
+def configure(spec: str, source: str = "the logging spec") -> dict[str, int]:
+    """Apply a logging spec (``fireclay.config.log``, from ``FIRECLAY_LOG``); returns the levels it
+    set. Problems become one warning naming ``source``."""
     install()
     if not spec.strip():
         return {}
     levels, problems = parse_spec(spec)
     if problems:
-        warnings.warn(f"{ENV_VAR}={spec!r}: ignored " + "; ".join(problems), stacklevel=2)
+        warnings.warn(f"{source}={spec!r}: ignored " + "; ".join(problems), stacklevel=2)
     set_levels(levels)
     return levels
 
@@ -196,4 +195,4 @@ def timed(stage: str, what: str) -> Iterator[dict[str, float]]:
         stage_logger(stage).debug("%s took %.1f ms", what, result["seconds"] * 1e3)
 
 
-configure_from_environment()
+install()

@@ -39,7 +39,7 @@ def shifted(x):  # same inputs, other results: its schedule planted under scaled
 
 def _compile_into(fn, root: Path, x: torch.Tensor) -> dict[str, Path]:
     """Compile and run ``fn`` with its cache in ``root``; its entries by stage."""
-    with fireclay.config.patch(cache_dir=str(root), compile_cache=True):
+    with fireclay.config.shared.patch(cache_dir=str(root)), fireclay.config.patch(compile_cache=True):
         with torch.no_grad():
             fireclay.compile(fn)(x)
     return {stage: next((root / "artifacts" / stage).rglob("*.json")) for stage in compile_cache.STAGES}
@@ -75,7 +75,7 @@ def test_an_artifact_planted_in_a_cache_others_can_write_is_not_used(tmp_path, m
     else:
         _give_away(root, monkeypatch)
     fireclay.reset_cache_stats()
-    with fireclay.config.patch(cache_dir=str(root), compile_cache=True), pytest.warns(CacheFolderWarning):
+    with fireclay.config.shared.patch(cache_dir=str(root)), fireclay.config.patch(compile_cache=True), pytest.warns(CacheFolderWarning):
         compiled = fireclay.compile(scaled)
         fresh = torch.randn(3, 5)
         with torch.no_grad():
@@ -85,12 +85,11 @@ def test_an_artifact_planted_in_a_cache_others_can_write_is_not_used(tmp_path, m
 
 
 def test_the_default_cache_is_in_the_users_cache_folder(tmp_path, monkeypatch):
-    monkeypatch.delenv("FIRECLAY_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    defaults = fireclay.config.__class__()
+    defaults = fireclay.config.shared.__class__()
     assert defaults.cache_dir == ""  # resolved at use: never a folder in the shared temp dir
     x = torch.randn(3, 5)
-    with fireclay.config.patch(cache_dir=defaults.cache_dir, compile_cache=True):
+    with fireclay.config.shared.patch(cache_dir=defaults.cache_dir), fireclay.config.patch(compile_cache=True):
         with torch.no_grad():
             torch.testing.assert_close(fireclay.compile(scaled)(x), scaled(x))
     root = tmp_path / "xdg" / "fireclay"

@@ -38,7 +38,7 @@ def test_a_flip_after_compiling_gives_eagers_result(flip, tmp_path):
     def program(t):
         return adds_ones(t) * w
 
-    with fireclay.config.patch(cache_dir=str(tmp_path)):
+    with fireclay.config.shared.patch(cache_dir=str(tmp_path)):
         compiled = fireclay.compile(program)
         t = torch.randn(3, dtype=torch.float32)
         torch.testing.assert_close(compiled(t), program(t))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from fireclay_capture import config
+from fireclay_capture.config import config
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.variables.base import MUTATIONS, NULL, CellVar, Var, const
 from fireclay_capture.variables.containers import DictVar, IteratorVar, TupleVar

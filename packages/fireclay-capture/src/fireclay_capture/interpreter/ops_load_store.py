@@ -6,7 +6,7 @@ import builtins
 import importlib
 
 from fireclay_capture import bytecode_versions as versions
-from fireclay_capture import config
+from fireclay_capture.config import config
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.interpreter.frame import Frame, handler
 from fireclay_capture.side_effects import DELETED

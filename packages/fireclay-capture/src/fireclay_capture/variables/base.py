@@ -224,7 +224,7 @@ class CellVar(Var):
 
     def set(self, value: Var, tx: Tracer | None = None) -> None:
         if self.real_cell is not None:
-            from fireclay_capture import config
+            from fireclay_capture.config import config
 
             if tx is None or self.source is None or not config.replay_side_effects:
                 raise Unsupported("assigning a nonlocal variable of a function defined outside the capture")

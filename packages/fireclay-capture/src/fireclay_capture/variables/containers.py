@@ -277,7 +277,7 @@ def _note_change(tx, var, what: str) -> None:
     is changed in the model and the change recorded for replay after the graph; ``fresh`` ones
     were made by the call itself (the root's **kwargs), so their changes stay invisible."""
     if var.source is not None and not getattr(var, "fresh", False):
-        from fireclay_capture import config
+        from fireclay_capture.config import config
 
         if not config.replay_side_effects:
             raise Unsupported(f"mutating a {what} that exists outside the captured function "

@@ -10,13 +10,13 @@ import importlib.util
 import os
 from typing import Any
 
+from fireclay_ir.files import write_atomic
 from fireclay_ir.model import Program, TensorMeta
 from fireclay_ir.safetensors_io import (
     RawTensor,
     open_regular_file,
     raw_to_tensor,
     read_safetensors,
-    replace_file,
     tensor_to_raw,
     write_safetensors,
 )
@@ -108,7 +108,7 @@ def save(program: Program, path: str | os.PathLike, *, limits: Limits = DEFAULT_
         write_safetensors(wpath, tensors, {"format": "pt", "producer": "fireclay-ir"})
     elif os.path.exists(wpath):
         os.remove(wpath)
-    replace_file(path, [text.encode("ascii")])
+    write_atomic(path, text.encode("ascii"), shared=True)
 
 
 def _convert(raw: RawTensor, meta: TensorMeta, as_: str) -> Any:

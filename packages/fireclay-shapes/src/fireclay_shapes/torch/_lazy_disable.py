@@ -4,8 +4,8 @@ Many of torch's Python references and meta kernels (type promotion wrappers, som
 decompositions) are wrapped by ``torch._compile._disable_dynamo``, so that TorchDynamo never
 traces into them. That wrapper imports TorchDynamo the first time each function runs, to
 build TorchDynamo's ``disable`` wrapper, even when TorchDynamo is not in use: a fresh process's
-first fireclay compile of a plain model paid that import (about 1 s on a 2-core CPU, 0.5 s on a
-GPU host) inside its first meta kernel.
+first fireclay compile of a plain model paid that import (docs/status.md) inside its first meta
+kernel.
 
 While TorchDynamo is not imported, no frame can be under its evaluation hook, so its
 ``disable`` wrapper would only call the function. :func:`install` gives each such function,

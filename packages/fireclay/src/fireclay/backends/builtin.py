@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -69,8 +67,7 @@ def _generate(scheduled: Any, example_inputs: list, options: dict[str, Any], pro
     if options.get("max_autotune"):
         _note_once("max_autotune_cpu", "fireclay: option max_autotune has no effect on CPU tensors: fireclay-cpp "
                                        "generates one variant per kernel and has nothing to search")
-    cfg = dataclasses.replace(fireclay_cpp.config, cache_dir=config.cache_dir)
-    return fireclay_cpp.compile_program(scheduled, example_inputs, cfg=cfg)
+    return fireclay_cpp.compile_program(scheduled, example_inputs)
 
 
 def _targets_gpu(example_inputs: list) -> bool:
@@ -84,24 +81,15 @@ def _for_gpu(scheduled: Any, example_inputs: list, options: dict[str, Any], prog
     the kernels compile in the background while the program runs in the interpreter
     (fireclay.tiered)."""
     fireclay_triton = gpu_code_generator()
-    cfg = dataclasses.replace(fireclay_triton.config, cache_dir=config.cache_dir)
-    kwargs: dict[str, Any] = {}
-    if options.get("max_autotune"):
-        if _accepts(fireclay_triton.compile_program, "max_autotune"):
-            kwargs["max_autotune"] = True
-        else:
-            _note_once("max_autotune_gpu", "fireclay: this fireclay-triton has no max_autotune; option ignored")
+    max_autotune = bool(options.get("max_autotune")) or None  # None: fireclay_triton.config's
     background = program is not None and config.background_compile and not options.get("cudagraphs")
-    if background and _accepts(fireclay_triton.compile_program, "background"):
-        compiled = fireclay_triton.compile_program(scheduled, example_inputs, cfg=cfg, background=True, **kwargs)
+    if background:
+        compiled = fireclay_triton.compile_program(scheduled, example_inputs, background=True,
+                                                   max_autotune=max_autotune)
         return tiered(compiled, lambda: interpreter_backend(program, example_inputs), first_source(program))
-    compiled = fireclay_triton.compile_program(scheduled, example_inputs, cfg=cfg, **kwargs)
+    compiled = fireclay_triton.compile_program(scheduled, example_inputs, max_autotune=max_autotune)
     if options.get("cudagraphs"):
-        cudagraphify = getattr(fireclay_triton, "cudagraphify", None)
-        if cudagraphify is None:
-            _note_once("cudagraphs_gpu", "fireclay: this fireclay-triton has no cudagraphify; option cudagraphs ignored")
-        else:
-            compiled = cudagraphify(compiled, list(example_inputs))
+        compiled = fireclay_triton.cudagraphify(compiled, list(example_inputs))
     return compiled
 
 
@@ -129,16 +117,7 @@ def _prewarm_gpu_compiler() -> None:
         import fireclay_triton
     except ImportError:  # code generation reports the missing package when it gets there
         return
-    prewarm = getattr(fireclay_triton, "prewarm", None)
-    if prewarm is not None:
-        prewarm()
-
-
-def _accepts(fn: Callable[..., Any], keyword: str) -> bool:
-    try:
-        return keyword in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
+    fireclay_triton.prewarm()
 
 
 _noted: set[str] = set()

@@ -105,7 +105,7 @@ def _cache(events: CompileEvents) -> str:
                    f"<td>{c.get('corrupt', 0)}</td><td>{c.get('load_seconds', 0) * 1e3:.1f} ms</td>"
                    f"<td>{c.get('build_seconds', 0) * 1e3:.1f} ms</td></tr>"
                    for stage, c in events.cache.items())
-    return ("<h3>Compile cache</h3><p>Artifacts reused from earlier processes (config.cache_dir): a hit skips "
+    return ("<h3>Compile cache</h3><p>Artifacts reused from earlier processes (config.shared.cache_dir): a hit skips "
             "the stage.</p><table><tr><th>stage</th><th>hits</th><th>misses</th><th>stored</th><th>corrupt, "
             f"rebuilt</th><th>loading hits</th><th>building misses</th></tr>{rows}</table>")
 

@@ -1,6 +1,6 @@
 """Cold and warm compile time of a few models, fireclay (and with ``--inductor`` torch.compile).
 
-    python packages/fireclay-triton/scripts/compile_time.py [--models bert,mlp,cnn_bn] [--inductor]
+    python benchmarks/compile_time.py [--models bert,mlp,cnn_bn] [--inductor]
 
 Every measurement runs in a fresh subprocess. *Cold*: every cache folder (FIRECLAY_CACHE_DIR,
 TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR) new and empty; *warm*: a second process on the
@@ -36,7 +36,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))  # the repository: benchmarks/ holds the models
+ROOT = os.path.abspath(os.path.join(HERE, ".."))  # the repository, whose benchmarks/ holds the models
 CACHE_ENV = ("FIRECLAY_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")
 
 
@@ -119,7 +119,9 @@ def _child(model: str, backend: str, preset: str, threads: int | None, timeline:
 
     gpu = torch.cuda.is_available()
     if threads:
-        os.environ["FIRECLAY_TRITON_COMPILE_THREADS"] = str(threads)
+        import fireclay_triton
+
+        fireclay_triton.config.compile_threads = threads
     built = get_model(model).build(preset)
     device = "cuda" if gpu else "cpu"
     inputs = built.inputs(1, device)
