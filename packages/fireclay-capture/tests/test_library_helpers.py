@@ -177,3 +177,68 @@ def test_a_legacy_name_on_another_device_is_not_a_plain_cast():
     else:
         with pytest.raises((RuntimeError, AssertionError)):  # as eager: no CUDA here
             compiled(x)
+
+
+class _ScaleShift(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, k):
+        ctx.save_for_backward(x)
+        ctx.k = k
+        return x * k + 1
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.k * 2, None  # deliberately not the true derivative: eager's is the oracle
+
+
+class _Gelu(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return torch.nn.functional.gelu(x)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 3
+
+
+def _uses_functions(x):
+    return _ScaleShift.apply(x, 3.0) + _Gelu.apply(x * 2)
+
+
+@pytest.mark.parametrize("grad", ["no_grad", "no input requires grad", "requires grad"])
+def test_autograd_function_forward_is_traced_when_no_gradient_is_asked(grad):
+    """Bloom's GeLUFunction ran its whole frame eagerly: a Function applied where no backward can
+    run is traced through its forward (ctx or setup_context style); with inputs that require
+    grad the call runs eagerly, so the user's own backward (here deliberately unusual) is used."""
+    compiled = capture(_uses_functions, fullgraph=grad != "requires grad")
+    for _ in range(2):
+        x = torch.randn(5, requires_grad=grad == "requires grad")
+        if grad == "no_grad":
+            with torch.no_grad():
+                got, want = compiled(x), _uses_functions(x)
+        else:
+            got, want = compiled(x), _uses_functions(x)
+        torch.testing.assert_close(got, want)
+        assert got.requires_grad == want.requires_grad
+        if grad == "requires grad":
+            (gx,) = torch.autograd.grad(got.sum(), x)
+            (wx,) = torch.autograd.grad(want.sum(), x)
+            torch.testing.assert_close(gx, wx)
+    if grad != "requires grad":
+        assert compiled.stats.captures == 1
+
+
+@pytest.mark.parametrize("value", [16, 2.5, True])
+def test_numpy_ufuncs_on_python_numbers_are_constants(value):
+    np = pytest.importorskip("numpy")
+
+    def fn(x):
+        return x * np.sqrt(value) + np.exp(1) - np.maximum(value, 3)
+
+    compiled = capture(fn, fullgraph=True)
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), fn(x))

@@ -30,6 +30,12 @@ from fireclay_capture.variables.functions import (
     UserFunctionVar,
     UserMethodVar,
 )
+from fireclay_capture.variables.library_calls import (
+    AutogradFunctionApplyVar,
+    NumpyUfuncVar,
+    is_function_apply,
+    is_numpy_ufunc,
+)
 from fireclay_capture.variables.objects import ClassVar, EnvironVar, ModuleVar, ObjectVar, PyModuleVar
 from fireclay_capture.variables.replayed import REPLAYED_FUNCTIONS, LoggerVar, ReplayedCallVar
 from fireclay_capture.variables.tensor import TorchFnVar
@@ -159,6 +165,12 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
         else:
             _guard_id(g, source, value)
         return UserFunctionVar(value, source)
+    if isinstance(value, types.MethodType) and is_function_apply(value):
+        cls_var = wrap(tx, value.__self__, AttrSource(source, "__self__") if source else None)
+        return AutogradFunctionApplyVar(value.__self__, cls_var, source)
+    if is_numpy_ufunc(value):
+        _guard_id(g, source, value)
+        return NumpyUfuncVar(value, source)
     if isinstance(value, types.MethodType):
         _guard_id(g, source, value.__func__ if source is None else None)
         fn = wrap(tx, value.__func__, AttrSource(source, "__func__") if source else None)

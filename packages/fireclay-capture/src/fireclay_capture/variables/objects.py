@@ -235,12 +235,15 @@ class ClassVar(Var):
 
     def getattr(self, tx, name):
         from fireclay_capture.variables.builder import wrap
+        from fireclay_capture.variables.library_calls import AutogradFunctionApplyVar, is_function_apply
 
         try:
             attr = inspect.getattr_static(self.cls, name)
         except AttributeError:
             raise ObservedException(AttributeError, f"type object {self.cls.__name__!r} has no attribute {name!r}") from None
         if isinstance(attr, classmethod):
+            if is_function_apply(getattr(self.cls, name)):
+                return AutogradFunctionApplyVar(self.cls, self)
             return UserMethodVar(wrap(tx, attr.__func__, None), self)
         if isinstance(attr, staticmethod):
             return wrap(tx, attr.__func__, None)
