@@ -18,9 +18,23 @@ def dynamo_backend(fw_compiler: Backend | None = None, bw_compiler: Backend | No
     from fireclay_ir import from_fx
 
     def backend(graph_module: Any, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        from fireclay_autograd.int_inputs import example_arguments, tensor_inputs_only
+
         program = from_fx(graph_module, example_inputs)
-        compiled = compile_program(program, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+        # Size symbols and changed ints arrive as int inputs: they become sizes of tensor inputs.
+        ints = tensor_inputs_only(program, example_inputs)
+        examples = example_arguments(ints, example_inputs) if ints is not None else list(example_inputs)
+        compiled = compile_program(program, examples, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                                    partitioner=partitioner)
-        return lambda *args: compiled(*args)
+
+        def run(*args: Any) -> Any:
+            if ints is not None:
+                arguments = ints.arguments(args)
+                if arguments is None:  # a negative int has no size carrier: run the graph as captured
+                    return graph_module.forward(*args)
+                args = tuple(arguments)
+            return compiled(*args)
+
+        return run
 
     return backend

@@ -23,6 +23,7 @@ from fireclay.api import _with_options
 from fireclay.backends import lookup_backend
 from fireclay.fallback import guarded_backend
 from fireclay.modes import resolve_options
+from fireclay_autograd.int_inputs import example_arguments, tensor_inputs_only
 from fireclay_ir import from_fx
 from fireclay_ir.stages import describe, warn_fallback
 
@@ -55,10 +56,19 @@ def make_dynamo_backend(name: str) -> Callable[..., Callable[..., Any]]:
                 f"fireclay: the graph TorchDynamo captured at {place} cannot be converted to fireclay-ir "
                 f"({describe(exc)}); it runs as TorchDynamo captured it, without fireclay's stages"))
             return gm.forward
+        # With dynamic shapes the graph takes its size symbols (and ints that changed) as ints:
+        # they become sizes of tensor inputs, which is how every stage reads symbols.
+        ints = tensor_inputs_only(program, example_inputs)
+        examples = example_arguments(ints, example_inputs) if ints is not None else list(example_inputs)
         backend = guarded_backend(_with_options(lookup_backend(name), resolved), name, fullgraph=False)
-        compiled = backend(program, list(example_inputs))
+        compiled = backend(program, examples)
 
         def run(*args: Any) -> Any:
+            if ints is not None:
+                arguments = ints.arguments(args)
+                if arguments is None:  # a negative int has no size carrier: as TorchDynamo captured it
+                    return gm.forward(*args)
+                args = tuple(arguments)
             outputs = compiled(*args)
             return tuple(outputs) if isinstance(outputs, list) else outputs
 
