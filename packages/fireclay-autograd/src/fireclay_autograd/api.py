@@ -142,11 +142,16 @@ class CompiledProgram:
 
     def __init__(self, program: Program, example_inputs: Sequence[Any], *, fw_compiler: Backend | None = None,
                  bw_compiler: Backend | None = None, inference_compiler: Backend | None = None,
-                 partitioner: str = "min_cut", artifact_cache: Any = None):
+                 partitioner: str = "min_cut", artifact_cache: Any = None,
+                 stage_timer: Callable[[str], Any] | None = None):
         self.program = program
         # Optional: an object with load(kind, inputs) -> artifact | None and store(kind, inputs,
         # artifact), kind "inference" or "training"; a hit skips tracing and partitioning.
         self.artifact_cache = artifact_cache
+        # Optional: stage_timer("autograd") is a context manager around each trace of a program
+        # with symbolic sizes (a static program's trace is timed by the artifact cache's load
+        # and store); the compilers it calls run inside it.
+        self.stage_timer = stage_timer
         self.fw_compiler = fw_compiler or interpreter_backend
         self.bw_compiler = bw_compiler or self.fw_compiler
         self.inference_compiler = inference_compiler or self.fw_compiler
@@ -273,14 +278,16 @@ def _examples(program: Program) -> list[torch.Tensor]:
 
 def compile_program(program: Program, example_inputs: Sequence[Any], *, fw_compiler: Backend | None = None,
                     bw_compiler: Backend | None = None, inference_compiler: Backend | None = None,
-                    partitioner: str = "min_cut", artifact_cache: Any = None) -> CompiledProgram:
+                    partitioner: str = "min_cut", artifact_cache: Any = None,
+                    stage_timer: Callable[[str], Any] | None = None) -> CompiledProgram:
     """Compile a torch-dialect ``program`` into a callable taking its user inputs (weights are
     bound from ``program.weights``, or pass every graph input). Gradients flow to inputs that
     require grad as in eager; inputs the program mutates are updated in place.
-    ``artifact_cache`` (see :class:`CompiledProgram`) lets a compile reuse stored artifacts."""
+    ``artifact_cache`` (see :class:`CompiledProgram`) lets a compile reuse stored artifacts;
+    ``stage_timer`` times the traces of programs with symbolic sizes."""
     return CompiledProgram(program, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                            inference_compiler=inference_compiler, partitioner=partitioner,
-                           artifact_cache=artifact_cache)
+                           artifact_cache=artifact_cache, stage_timer=stage_timer)
 
 
 def aot_backend(fw_compiler: Backend | None = None, bw_compiler: Backend | None = None, *,

@@ -16,6 +16,7 @@ is handed over by a :class:`~fireclay_autograd.runtime.SizeCarrier` input.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -118,14 +119,16 @@ class DynamicProgram:
 
     # -- compiling one entry
     def _compile(self, kind: str, inputs: list[Any], values: dict[str, int], *, symbolic: bool) -> _Entry:
-        mode = symbolic_mode(self.program, inputs) if symbolic else None
-        if symbolic:
-            self.traces += 1
-        if kind == "inference":
-            runtime, env = self._inference(inputs, values, mode)
-        else:
-            runtime, env = self._training(inputs, values, mode)
-        return _Entry(runtime, guard_function(env) if env is not None else (lambda _values: True))
+        timer = self.owner.stage_timer
+        with timer("autograd") if timer is not None else contextlib.nullcontext():
+            mode = symbolic_mode(self.program, inputs) if symbolic else None
+            if symbolic:
+                self.traces += 1
+            if kind == "inference":
+                runtime, env = self._inference(inputs, values, mode)
+            else:
+                runtime, env = self._training(inputs, values, mode)
+            return _Entry(runtime, guard_function(env) if env is not None else (lambda _values: True))
 
     def _inference(self, inputs: list[Any], values: dict[str, int], mode: Any) -> tuple[InferenceRuntime, Any]:
         from fireclay_autograd.api import _program

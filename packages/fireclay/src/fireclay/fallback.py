@@ -156,16 +156,25 @@ class GuardedAtenGraph:
     executor); see :class:`GuardedGraph`."""
 
     def __init__(self, compiled: Callable[..., Any], fallback: Callable[..., Any], program: Program,
-                 fullgraph: bool):
+                 fullgraph: bool, label: str | None = None):
         self.compiled = compiled
         self.fallback = fallback
         self.program = program
         self.fullgraph = fullgraph
         self.failed = False
+        # The graph's label while its first call has not run: that call is timed as the stage
+        # "first run" (loading and first execution of the generated code).
+        self.first_call_label = label
 
     def __call__(self, *inputs: Any) -> Any:
         if self.failed:
             return self.fallback(*inputs)
+        if self.first_call_label is not None:
+            from fireclay import stages
+
+            label, self.first_call_label = self.first_call_label, None
+            with stages.stage("first run", label):
+                return self(*inputs)
         try:
             return self.compiled(*inputs)
         except Exception as exc:
@@ -190,9 +199,10 @@ def _aten_message(stage: str, exc: BaseException, program: Program, when: str) -
 
 
 def guarded_codegen(compile_graph: Callable[[], Callable[..., Any]], interpreter: Callable[[], Callable[..., Any]],
-                    program: Program, fullgraph: bool) -> Callable[..., Any]:
+                    program: Program, fullgraph: bool, label: str | None = None) -> Callable[..., Any]:
     """``compile_graph()`` for one aten graph, or ``interpreter()`` when it fails (with one
-    warning; under ``fullgraph`` the failure propagates, tagged with its stage)."""
+    warning; under ``fullgraph`` the failure propagates, tagged with its stage). ``label`` names
+    the graph in the stage times of its first call."""
     try:
         compiled = compile_graph()
     except Exception as exc:
@@ -201,4 +211,4 @@ def guarded_codegen(compile_graph: Callable[[], Callable[..., Any]], interpreter
         stage = stage_of(exc, "code generation")
         warn_fallback(log, captured_from(program)[0], stage, _aten_message(stage, exc, program, "instead"))
         return interpreter()
-    return GuardedAtenGraph(compiled, interpreter(), program, fullgraph)
+    return GuardedAtenGraph(compiled, interpreter(), program, fullgraph, label)

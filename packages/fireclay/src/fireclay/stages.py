@@ -10,6 +10,11 @@
 
 A graph is one program handed to the ``fireclay`` backend (a captured frame, or a TorchDynamo
 graph); its stages are capture, autograd, loops and cpp/triton.
+
+Listeners (:func:`add_listener`) are told what each compile really did, as it happens: every
+stage's own time (:class:`StageTimed`), every program a stage made (:class:`ProgramMade`:
+captured, aten forward/backward/inference, loops) and every generated code (:class:`CodeMade`).
+The HTML report (``fireclay.report``) records a script's run through them.
 """
 
 from __future__ import annotations
@@ -55,6 +60,82 @@ class GraphRecord:
 
 
 _graph_numbers = itertools.count(1)
+
+
+# -- listeners
+
+
+@dataclasses.dataclass
+class StageTimed:
+    """A stage ended: its own time (``seconds``, nested stages left out) and its span."""
+
+    stage: str
+    label: str  # the graph's label (GraphRecord.label), or the captured frame's for "capture"
+    seconds: float
+    started: float  # time.perf_counter() at its start
+    ended: float
+
+
+@dataclasses.dataclass
+class ProgramMade:
+    """A stage made ``program`` for graph ``record``: kind "captured", "aten forward",
+    "aten backward", "aten inference", or "loops <role>"."""
+
+    record: GraphRecord
+    kind: str
+    program: Any
+
+
+@dataclasses.dataclass
+class CodeMade:
+    """A code generator compiled ``compiled`` (its ``source_files()``: kernels, wrapper,
+    schedule) for the aten program of role ``kind`` of graph ``record``."""
+
+    record: GraphRecord
+    kind: str
+    language: str  # "cpp" or "triton"
+    compiled: Any
+
+
+_listeners: list[Any] = []
+
+
+def add_listener(listener: Any) -> None:
+    """Call ``listener(event)`` with every StageTimed, ProgramMade and CodeMade (idempotent)."""
+    if listener not in _listeners:
+        _listeners.append(listener)
+
+
+def remove_listener(listener: Any) -> None:
+    if listener in _listeners:
+        _listeners.remove(listener)
+
+
+def listening() -> bool:
+    """Whether some listener wants events (so that a program worth showing is worth building)."""
+    return bool(_listeners)
+
+
+def _tell(event: Any) -> None:
+    for listener in list(_listeners):
+        try:
+            listener(event)
+        except Exception:  # a listener's failure must not fail the compile it watches
+            logging.getLogger("fireclay").debug("a stage listener failed", exc_info=True)
+
+
+def program_made(record: GraphRecord, kind: str, program: Any) -> None:
+    """Tell listeners about ``program`` and save it under ``config.debug_dir``."""
+    write_program(record, kind.split()[0], program)  # debug_dir names files by stage: aten, loops
+    if _listeners:
+        _tell(ProgramMade(record, kind, program))
+
+
+def code_made(record: GraphRecord, kind: str, language: str, compiled: Any) -> None:
+    """Tell listeners about generated code and write it out (``debug_dir``, ``output_code``)."""
+    write_code(record, language, compiled)
+    if _listeners:
+        _tell(CodeMade(record, kind, language, compiled))
 
 
 def new_graph(program: Any, where: str) -> GraphRecord:
@@ -124,7 +205,8 @@ def forget_unfinished() -> None:
 
 
 def _end(running: _Running) -> None:
-    total = time.perf_counter() - running.start
+    now = time.perf_counter()
+    total = now - running.start
     ident = threading.get_ident()
     with _lock:
         stack = _stacks.get(ident, [])
@@ -136,6 +218,8 @@ def _end(running: _Running) -> None:
             _stacks.pop(ident, None)
     if times_log.isEnabledFor(logging.INFO):
         times_log.info("%s: %s took %.3f s", running.label, running.stage, total - running.children_s)
+    if _listeners:
+        _tell(StageTimed(running.stage, running.label, total - running.children_s, running.start, now))
 
 
 _capture_runs: dict[int, list[_Running]] = {}

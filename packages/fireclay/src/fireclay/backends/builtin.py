@@ -35,24 +35,27 @@ def aot_eager(program: Program, example_inputs: list) -> Compiled:
 
 def _codegen_compiler(program: Program, example_inputs: list, options: dict[str, Any] | None = None,
                       artifacts: AutogradArtifactCache | None = None,
-                      record: stages.GraphRecord | None = None) -> Compiled:
+                      record: stages.GraphRecord | None = None, role: str = "forward") -> Compiled:
     """Generate code for one aten graph: Triton for CUDA tensors, C++ for CPU tensors. The
     scheduled loop program comes from the compile cache when an earlier process made it.
-    ``record`` names the graph for stage times, progress and ``config.debug_dir``."""
+    ``record`` names the graph for stage times, progress and ``config.debug_dir``; ``role``
+    (forward, backward or inference) says which of its aten programs this is."""
     options = options or {}
     record = record or stages.new_graph(program, first_source(program))
-    stages.write_program(record, "aten", program)
+    stages.program_made(record, f"aten {role}", program)
     origin = artifacts.origin(program) if artifacts is not None else None
     with stages.stage("loops", record.label), in_stage("lowering"):
         scheduled = scheduled_program(program, example_inputs, origin)
-    if config.debug_dir:
+    if config.debug_dir or stages.listening():
         import fireclay_loops
 
-        stages.write_program(record, "loops", fireclay_loops.to_program(scheduled))
+        # Only for debug_dir and the report: timed as their own cost, not the compile's.
+        with stages.stage("report and debug files", record.label):
+            stages.program_made(record, f"loops {role}", fireclay_loops.to_program(scheduled))
     target = "triton" if _targets_gpu(example_inputs) else "cpp"
     with stages.stage(target, record.label), in_stage("code generation"):
         compiled = _generate(scheduled, example_inputs, options, program, target)
-    stages.write_code(record, target, compiled)
+    stages.code_made(record, role, target, compiled)
     return compiled
 
 
@@ -133,12 +136,16 @@ def _note_once(topic: str, message: str) -> None:
 
 def _codegen_or_interpreter(program: Program, example_inputs: list, options: dict[str, Any] | None = None,
                             artifacts: AutogradArtifactCache | None = None,
-                            record: stages.GraphRecord | None = None, fullgraph: bool = False) -> Compiled:
-    """Code generation for one aten graph; if it fails (or the generated code fails at a call),
-    that graph runs in the interpreter with one warning saying why, so a gap in code generation
-    costs speed, never a wrong answer or an error (``fullgraph``: the failure propagates)."""
-    return guarded_codegen(lambda: _codegen_compiler(program, example_inputs, options, artifacts, record=record),
-                           lambda: interpreter_backend(program, example_inputs), program, fullgraph)
+                            record: stages.GraphRecord | None = None, fullgraph: bool = False,
+                            role: str = "forward") -> Compiled:
+    """Code generation for one aten graph (``role``: forward, backward or inference); if it fails
+    (or the generated code fails at a call), that graph runs in the interpreter with one warning
+    saying why, so a gap in code generation costs speed, never a wrong answer or an error
+    (``fullgraph``: the failure propagates)."""
+    return guarded_codegen(lambda: _codegen_compiler(program, example_inputs, options, artifacts, record=record,
+                                                     role=role),
+                           lambda: interpreter_backend(program, example_inputs), program, fullgraph,
+                           label=record.label if record is not None else None)
 
 
 def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | None = None,
@@ -152,10 +159,14 @@ def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | N
         _prewarm_gpu_compiler()
     stages.forget_unfinished()
     record = stages.new_graph(program, first_source(program))
-    stages.write_program(record, "captured", program)
-    # The autograd stage traces at the first call; the artifact cache times it (stage_times).
+    stages.program_made(record, "captured", program)
+    # The autograd stage traces at the first call; the artifact cache times it (stage_times),
+    # and stage_timer where sizes are symbolic (traced at the first call of each new entry).
     artifacts = AutogradArtifactCache(program, example_inputs, record=record)
     codegen = functools.partial(_codegen_or_interpreter, options=dict(options or {}), artifacts=artifacts,
                                 record=record, fullgraph=fullgraph)
     return compile_program(program, example_inputs, fw_compiler=codegen,
-                           bw_compiler=codegen, artifact_cache=artifacts)
+                           bw_compiler=functools.partial(codegen, role="backward"),
+                           inference_compiler=functools.partial(codegen, role="inference"),
+                           artifact_cache=artifacts,
+                           stage_timer=lambda name: stages.stage(name, record.label))

@@ -1,9 +1,11 @@
-"""The HTML compile report: one self-contained page with the graphs drawn, graph breaks,
-guards, recompiles, generated kernels and time per stage.
+"""The HTML compile report: one self-contained page of what a run compiled, as it ran: the
+graphs drawn (captured, aten forward/backward, loops; repeated layers of large graphs
+collapsed), graph breaks, guards, recompiles, generated kernels, each stage's time and a
+timeline of the stages.
 
     from fireclay.report import recording, write_report
-    with recording() as rec:                   # fireclay.compile calls inside are recorded
-        f = fireclay.compile(fn); f(x)
+    with recording() as rec:                   # the run's compiles are recorded
+        f = fireclay.compile(fn); f(x).sum().backward()
     write_report(rec, "report.html")
 
     write_report(program, "program.html")      # a Program (or several): its graphs only
@@ -26,6 +28,7 @@ from fireclay.report.events import (
     KernelEntry,
     Recompile,
     StageTime,
+    TimelineEntry,
 )
 from fireclay.report.page import render, summary
 from fireclay_ir import Program
@@ -54,5 +57,5 @@ def write_report(source: Any, path: str | os.PathLike) -> str:
 
 __all__ = [
     "CompileEvents", "GraphBreak", "GraphEntry", "GuardEntry", "KernelEntry", "Recompile", "Recorder",
-    "StageTime", "as_events", "describe_inputs", "inspect_program", "recording", "render", "summary", "write_report",
+    "StageTime", "TimelineEntry", "as_events", "describe_inputs", "inspect_program", "recording", "render", "summary", "write_report",
 ]

@@ -1,23 +1,25 @@
-"""Collecting a compile's events: run the stages over a program for inspection, and record the
-captures of ``fireclay.compile`` calls.
+"""Collecting a compile's events: record what a run's compiles really did, or run the stages
+over a saved program for inspection.
 
-:func:`inspect_program` takes one captured (torch-dialect) program through autograd -> loops ->
-kernel generation, timing each stage and keeping every intermediate graph and generated source.
-It generates kernel source without building it, so it works without a C++ compiler or a GPU.
+:class:`Recorder` listens to the stages (``fireclay.stages``) while it records: every program
+they make, every stage's own time and every generated source of the run, training included
+(the forward and backward graphs, the backward compiled at the first backward call). Its
+:meth:`Recorder.compile` wraps ``fireclay.compile`` so that the compiled callable's cache
+(guards, graph breaks, recompiles) is read afterwards. ``recording()`` makes every
+``fireclay.compile`` call made inside it go through a recorder (used by ``fireclay report
+SCRIPT.py``).
 
-:class:`Recorder` wraps ``fireclay.compile``: the backend is wrapped so that each capture's
-program, inputs and backend time are seen, and the compiled callable's cache (guards, frames run
-eagerly, recompiles) is read afterwards. ``recording()`` makes every ``fireclay.compile`` call
-made inside it go through a recorder (used by ``fireclay report SCRIPT.py``).
+:func:`inspect_program` takes one saved captured (torch-dialect) program through autograd ->
+loops -> kernel generation, timing each stage and keeping every intermediate graph and generated
+source. It generates kernel source without building it, so it works without a C++ compiler or a
+GPU (``fireclay report FILE.fcir.json``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
 import re
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -25,7 +27,15 @@ from typing import Any
 
 import torch
 
-from fireclay.report.events import CompileEvents, GraphBreak, GraphEntry, GuardEntry, KernelEntry, Recompile
+from fireclay.report.events import (
+    CompileEvents,
+    GraphBreak,
+    GraphEntry,
+    GuardEntry,
+    KernelEntry,
+    Recompile,
+    TimelineEntry,
+)
 from fireclay_ir import Program
 
 _LOCATION = re.compile(r"^  at (?P<file>.+?):(?P<line>\d+)(?:\n    (?P<text>.*))?", re.MULTILINE)
@@ -118,51 +128,103 @@ def guard_changes(before: Any, after: Any) -> list[str]:
     return sorted(changes)
 
 
-# Capture's own time per frame. fireclay-capture has no timing hook, so while a Recorder is alive
-# each capture is timed around CapturedFunction._capture, less the backend time spent inside it
-# (the recorded backends add theirs to _timing.backend).
+# Recorders alive now; one stage listener hands each of them what the compiles really did.
 _live_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
-_timing = threading.local()
 
 
-def _install_capture_timer() -> None:
-    from fireclay_capture.api import CapturedFunction
+def _dispatch(event: Any) -> None:
+    for recorder in list(_live_recorders):
+        recorder._on_stage_event(event)
 
-    original = CapturedFunction._capture
-    if getattr(original, "_fireclay_report_timer", False):
-        return
 
-    @functools.wraps(original)
-    def timed_capture(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _live_recorders or getattr(_timing, "depth", 0):  # nested: a retry on fake tensors
-            return original(self, *args, **kwargs)
-        _timing.depth, _timing.backend = 1, 0.0
-        start = time.perf_counter()
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            seconds = time.perf_counter() - start - _timing.backend
-            _timing.depth = 0
-            name = getattr(getattr(self, "code", None), "co_qualname", "frame")
-            for recorder in list(_live_recorders):
-                recorder._events.time("capture", seconds, f"{name}: bytecode interpretation and guards")
+_ORIGIN_NAMES = re.compile(r"%(\w+)")
 
-    timed_capture._fireclay_report_timer = True  # type: ignore[attr-defined]
-    CapturedFunction._capture = timed_capture
+
+def loops_modules(loops: Program, aten: Program) -> dict[int, str]:
+    """The module of each node of a loops program (by position) whose kernel or extern call came
+    from aten nodes that name one: their ``origins`` (``%v6 = aten::addmm.default``) name the aten
+    values they compute."""
+    made_in = {o.name: n.meta["module"] for n in aten.main.nodes if isinstance(n.meta.get("module"), str)
+               for o in n.outputs}
+    out: dict[int, str] = {}
+    for position, node in enumerate(loops.main.nodes):
+        # An extern call keeps its meta; a kernel's are on the bodies it runs (its "nodes").
+        metas = [node.meta.get("loops.meta") or {}]
+        for ref in node.kwargs.get("nodes") or ():
+            body = loops.graphs.get(getattr(ref, "name", None))
+            if body is not None:
+                metas.append(body.meta.get("loops.meta") or {})
+        origins = [o for meta in metas for o in meta.get("origins", []) if not o.startswith("(recomputed)")]
+        found = [made_in[v] for o in origins for v in _ORIGIN_NAMES.findall(o.split(" = ")[0]) if v in made_in]
+        if found:
+            out[position] = found[0]
+    return out
+
+
+_LANGUAGES = {".cpp": "cpp", ".py": "python", ".c": "c", ".txt": "text"}
 
 
 class Recorder:
-    """Records what ``fireclay.compile`` does; ``recorder.events()`` gives the report's data."""
+    """Records what the compiles of a run really do; ``recorder.events()`` gives the report's data.
 
-    def __init__(self, inspect_stages: bool = True, title: str = "fireclay compile report"):
+    While it records (from creation to :meth:`stop`), every graph compiled in the process, by
+    ``fireclay.compile`` or ``torch.compile(backend="fireclay")``, shows its programs (captured,
+    aten forward/backward/inference, loops), its generated code and each stage's own time, as the
+    stages report them (``fireclay.stages`` listeners): a backward graph appears when the first
+    backward call compiles it, a recompile when it happens. Functions compiled through
+    :meth:`compile` also show their guards, graph breaks and recompiles (read from their caches)."""
+
+    def __init__(self, title: str = "fireclay compile report"):
+        from fireclay import stages
         from fireclay.compile_cache import cache_stats
 
-        self.inspect_stages = inspect_stages
         self._events = CompileEvents(title=title)
         self._compiled: list[tuple[str, Any, dict[int, str]]] = []  # (label, CapturedFunction, inputs by program)
+        self._shown: set[int] = set()  # id() of the programs drawn
+        self._aten: dict[tuple[int, str], Program] = {}  # (graph number, role) -> its aten program
         self._cache_at_start = cache_stats()
-        _install_capture_timer()
+        self.started = time.perf_counter()
+        stages.install()  # capture's start and end are stage events
+        stages.add_listener(_dispatch)
         _live_recorders.add(self)
+
+    def stop(self) -> None:
+        """Stop recording (``recording()`` does it at the end of its block)."""
+        from fireclay import stages
+
+        _live_recorders.discard(self)
+        if not _live_recorders:  # nobody listens: the stages skip what only a report shows
+            stages.remove_listener(_dispatch)
+
+    def _on_stage_event(self, event: Any) -> None:
+        from fireclay import stages
+
+        ev = self._events
+        if isinstance(event, stages.StageTimed):
+            ev.time(event.stage, event.seconds, event.label)
+            ev.timeline.append(TimelineEntry(event.started - self.started, event.stage, event.label, event.seconds,
+                                              event.ended - event.started))
+        elif isinstance(event, stages.ProgramMade):
+            self._shown.add(id(event.program))
+            kind = event.kind
+            stage = "capture" if kind == "captured" else kind.split()[0].replace("aten", "autograd")
+            modules = None
+            if kind.startswith("aten "):
+                self._aten[(event.record.index, kind.split()[1])] = event.program
+            elif kind.startswith("loops "):
+                aten = self._aten.get((event.record.index, kind.split()[1]))
+                modules = loops_modules(event.program, aten) if aten is not None else None
+            ev.graphs.append(GraphEntry(f"{event.record.label}: {kind}", stage, event.program, modules=modules))
+        elif isinstance(event, stages.CodeMade):
+            files = getattr(event.compiled, "source_files", None)
+            title = f"{event.record.label}: {event.kind}"
+            for name, text in (files() if files is not None else {}).items():
+                if name == "schedule.txt":
+                    ev.schedules.append((title, text))
+                else:
+                    language = event.language if name.startswith("kernel") else \
+                        _LANGUAGES.get(name[name.rfind("."):], "text")
+                    ev.kernels.append(KernelEntry(title, name, language, text))
 
     def compile(self, model: Any = None, *, backend: Any = "fireclay", **kwargs: Any):
         """``fireclay.compile`` with recording; same arguments and result."""
@@ -180,6 +242,7 @@ class Recorder:
         return result
 
     def _wrap(self, backend: Any, label: str, signatures: dict[int, str]) -> Callable[..., Any]:
+        from fireclay import stages
         from fireclay.backends import lookup_backend
 
         real = lookup_backend(backend)
@@ -195,14 +258,12 @@ class Recorder:
             function = program.metadata.get("capture", {}).get("function", "")
             # Code after a graph break is captured as its own resume function, through this backend.
             shown = f"{label} → {function}" if function.startswith("resume") else label
-            start = time.perf_counter()
-            compiled = real(program, example_inputs, options=options) if takes_options else real(program, example_inputs)
-            seconds = time.perf_counter() - start
-            _timing.backend = getattr(_timing, "backend", 0.0) + seconds
-            self._events.time(f"backend {name}", seconds, f"{shown} #{index}")
-            if self.inspect_stages:
-                inspect_program(program, list(example_inputs), self._events, f"{shown} #{index}")
-            else:
+            # A stage of its own, so that capture's time leaves out the backend's.
+            with stages.stage(f"backend {name}", f"{shown} #{index}"):
+                compiled = real(program, example_inputs, options=options) if takes_options \
+                    else real(program, example_inputs)
+            if id(program) not in self._shown:  # a backend that tells no stage listener (eager, yours)
+                self._shown.add(id(program))
                 self._events.graphs.append(GraphEntry(f"{shown} #{index}: captured", "capture", program))
             return compiled
 
@@ -225,13 +286,12 @@ class Recorder:
         if not self._compiled:
             ev.not_recorded["guards"] = "no fireclay.compile call was recorded"
         ev.cache = _stats_since(self._cache_at_start)
-        ev.time_notes = ["'capture' is the time spent capturing each frame: interpreting its bytecode and "
-                         "building its guards (the backend's time excluded).",
-                         "'backend NAME' is the time the chosen backend took to prepare each graph (some "
-                         "backends compile lazily, at the first call)."]
-        if self.inspect_stages:
-            ev.time_notes.append("autograd, loops, cpp and triton times come from the report's own pass over "
-                                 "each captured graph; kernels are generated as source, not built.")
+        ev.time_notes = [
+            "Each stage's own time in this run, as it ran (stages nested in it left out): 'capture' interprets "
+            "a frame's bytecode and builds its guards; 'autograd' traces to aten and partitions (at the first "
+            "call); 'loops' and 'cpp'/'triton' run per aten graph, a backward graph's at the first backward "
+            "call; 'backend NAME' is the rest of the chosen backend's preparation.",
+            "Not counted: running the compiled code and the eager parts of the script."]
         return ev
 
     def _harvest(self, ev: CompileEvents, label: str, captured: Any, signatures: dict, seen: set[int]) -> None:
@@ -276,14 +336,16 @@ def _capture_splits_frames() -> bool:
 
 
 @contextlib.contextmanager
-def recording(inspect_stages: bool = True, title: str = "fireclay compile report") -> Iterator[Recorder]:
-    """Inside the block, ``fireclay.compile`` records into the yielded :class:`Recorder`."""
+def recording(title: str = "fireclay compile report") -> Iterator[Recorder]:
+    """Inside the block, ``fireclay.compile`` records into the yielded :class:`Recorder`, and
+    every compile of the process (``torch.compile(backend="fireclay")`` too) shows its stages."""
     import fireclay
 
-    recorder = Recorder(inspect_stages, title)
+    recorder = Recorder(title)
     previous = fireclay.compile
     fireclay.compile = recorder.compile
     try:
         yield recorder
     finally:
         fireclay.compile = previous
+        recorder.stop()

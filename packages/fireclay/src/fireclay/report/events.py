@@ -18,6 +18,9 @@ class GraphEntry:
     stage: str  # capture, autograd, loops, ...
     program: Program
     graph: str | None = None  # which graph of the program to draw; None: its entry
+    # The module each node was made in, by node position, where its meta names none (a loops
+    # program's kernels, traced back to the aten nodes they came from).
+    modules: dict[int, str] | None = None
 
     @property
     def drawn(self):
@@ -63,6 +66,17 @@ class StageTime:
 
 
 @dataclass
+class TimelineEntry:
+    """One stage of the run, in the order the stages started."""
+
+    at: float  # seconds from the start of the recording to the stage's start
+    stage: str
+    label: str
+    seconds: float  # its own time (nested stages left out)
+    span: float  # start to end, nested stages included
+
+
+@dataclass
 class CompileEvents:
     title: str = "fireclay compile report"
     graphs: list[GraphEntry] = field(default_factory=list)
@@ -71,6 +85,7 @@ class CompileEvents:
     recompiles: list[Recompile] = field(default_factory=list)
     kernels: list[KernelEntry] = field(default_factory=list)
     stage_times: list[StageTime] = field(default_factory=list)
+    timeline: list[TimelineEntry] = field(default_factory=list)
     schedules: list[tuple[str, str]] = field(default_factory=list)  # (graph title, schedule report)
     not_recorded: dict[str, str] = field(default_factory=dict)  # section -> why
     notes: list[str] = field(default_factory=list)

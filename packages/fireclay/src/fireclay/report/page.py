@@ -6,11 +6,12 @@ from __future__ import annotations
 from html import escape
 
 from fireclay.report.events import CompileEvents
-from fireclay.report.svg import graph_svg
+from fireclay.report.svg import COLLAPSE_OVER, drawn_boxes, graph_svg
 from fireclay_ir import format_program
 
 SECTIONS = [
     ("times", "Time per stage"),
+    ("timeline", "Timeline"),
     ("graphs", "Graphs"),
     ("graph-breaks", "Graph breaks"),
     ("guards", "Guards"),
@@ -31,7 +32,7 @@ svg.graph .edge{fill:none;stroke:#9aa0a6;stroke-width:1.3}
 svg.graph .edge.order{stroke-dasharray:4 3}
 svg.graph .edge.lit{stroke:#e8743b;stroke-width:2.5}
 svg.graph rect{fill:#fff;stroke:#5f6368}svg.graph .input rect{fill:#e3f2fd}
-svg.graph .output rect{fill:#e8f5e9}svg.graph .lit rect{stroke:#e8743b;stroke-width:2}
+svg.graph .output rect{fill:#e8f5e9}svg.graph .collapsed rect{fill:#f3e5f5;stroke-dasharray:5 2}svg.graph .lit rect{stroke:#e8743b;stroke-width:2}
 svg.graph text{font:12px monospace}svg.graph .ty{fill:#5f6368}
 nav#toc a{margin-right:12px}
 """
@@ -125,6 +126,17 @@ def summary(events: CompileEvents) -> str:
     return "\n".join(lines)
 
 
+def _timeline(events: CompileEvents) -> str:
+    if not events.timeline:
+        return _not_recorded(events, "stage_times") or "<p>No stage ran.</p>"
+    rows = "".join(f'<tr><td>{t.at:.3f} s</td><td>{escape(t.stage)}</td><td>{escape(t.label)}</td>'
+                   f"<td>{t.seconds * 1e3:.1f} ms</td><td>{t.span * 1e3:.1f} ms</td></tr>"
+                   for t in sorted(events.timeline, key=lambda t: t.at))
+    return ("<p>Every stage of the run in the order it started (seconds from the start of the recording): its "
+            "own time, and its span with the stages nested in it.</p><table><tr><th>start</th><th>stage</th>"
+            f"<th>graph</th><th>own</th><th>span</th></tr>{rows}</table>")
+
+
 def _graphs(events: CompileEvents) -> str:
     if not events.graphs:
         return _not_recorded(events, "graphs") or "<p>No graph was captured.</p>"
@@ -135,9 +147,16 @@ def _graphs(events: CompileEvents) -> str:
         if key not in texts:
             texts[key] = format_program(entry.program)
         graph = entry.drawn
+        boxes = drawn_boxes(graph, entry.modules)
+        layers = [b for b in boxes if b.kind == "collapsed"]
+        note = ""
+        if layers:
+            note = (f' <span class="collapsed-note" data-collapsed="{len(layers)}">(more than {COLLAPSE_OVER} nodes: '
+                    f"{len(layers)} repeated layers drawn as one box each, "
+                    f"{sum(b.members for b in layers)} nodes in them; the text form has every node)</span>")
         out.append(f'<section class="graph-entry" data-stage="{escape(entry.stage)}"><h3>{escape(entry.title)}</h3>'
-                   f"<p>{len(graph.nodes)} nodes, stage {escape(entry.stage)}</p>"
-                   f'<div class="svgwrap">{graph_svg(graph, f"graph-{i}")}</div>'
+                   f"<p>{len(graph.nodes)} nodes, stage {escape(entry.stage)}{note}</p>"
+                   f'<div class="svgwrap">{graph_svg(graph, f"graph-{i}", boxes)}</div>'
                    f"<details><summary>text form</summary>{_pre(texts[key])}</details></section>")
     return "".join(out)
 
@@ -185,7 +204,7 @@ def _notes(events: CompileEvents) -> str:
     return "".join(f"<p>{escape(n)}</p>" for n in events.notes) or "<p>None.</p>"
 
 
-_RENDER = {"times": _times, "graphs": _graphs, "graph-breaks": _breaks, "guards": _guards,
+_RENDER = {"times": _times, "timeline": _timeline, "graphs": _graphs, "graph-breaks": _breaks, "guards": _guards,
            "recompiles": _recompiles, "kernels": _kernels, "schedules": _schedules, "notes": _notes}
 
 
