@@ -103,7 +103,7 @@ def training_report(tmp_path_factory):
     script, steps, out = folder / "train.py", folder / "steps.json", folder / "report.html"
     script.write_text(SCRIPT)
     # A cache of its own: the first step compiles every stage, as a new user's would.
-    with fireclay.config.patch(cache_dir=str(folder / "cache")):
+    with fireclay.config.shared.patch(cache_dir=str(folder / "cache")):
         assert main(["report", str(script), "-o", str(out), "--", str(steps)]) == 0
     return out, out.read_text(), json.loads(steps.read_text())["steps"]
 
