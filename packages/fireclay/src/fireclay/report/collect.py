@@ -133,7 +133,12 @@ _live_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
 
 
 def _dispatch(event: Any) -> None:
-    for recorder in list(_live_recorders):
+    recorders = list(_live_recorders)
+    if not recorders:  # the last one was collected without stop(): stop listening
+        from fireclay import stages
+
+        stages.remove_listener(_dispatch)
+    for recorder in recorders:
         recorder._on_stage_event(event)
 
 
