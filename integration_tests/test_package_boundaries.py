@@ -22,8 +22,8 @@ PACKAGES = Path(__file__).resolve().parents[1] / "packages"
 # Private names of torch and sympy objects (tensors, modules, printers) that some fireclay package
 # happens to define too: reading them is using torch's or sympy's API, not a sibling's.
 THIRD_PARTY = {"_ops", "_print", "_modules", "_base"}
-# Being removed on its own branch: the report times captures by wrapping CapturedFunction._capture.
-KNOWN = {("fireclay", "_capture")}
+# Exemptions (package, private name), each with its reason: none today.
+KNOWN: set[tuple[str, str]] = set()
 
 pytestmark = pytest.mark.skipif(not PACKAGES.is_dir(), reason="needs the repository checkout")
 
