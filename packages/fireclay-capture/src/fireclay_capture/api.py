@@ -18,13 +18,15 @@ import torch
 
 from fireclay_capture.backends import lookup_backend
 from fireclay_capture.cache import CacheEntry, CaptureStats, CodeCache
+from fireclay_capture.code_flags import CO_VARARGS, CO_VARKEYWORDS, suspends
 from fireclay_capture.config import config
+from fireclay_capture.controls import CaptureWrapper
 from fireclay_capture.errors import CaptureError, NeedsFakeTensors, Unsupported, format_location
 from fireclay_capture.graph_break import plan_break
 from fireclay_capture.interpreter import Frame
-from fireclay_capture.outputs import output_spec
+from fireclay_capture.outputs import output_spec, replay_of
 from fireclay_capture.resume import cell_parameters, resume_function_for
-from fireclay_capture.sources import ConstSource, LocalSource
+from fireclay_capture.sources import ConstSource, LocalSource, read_source
 from fireclay_capture.tracer import Tracer
 from fireclay_capture.variables.builder import wrap
 from fireclay_capture.variables.functions import is_generator_context_factory
@@ -85,7 +87,7 @@ def capture(fn_or_module=None, *, backend="eager", fullgraph: bool = False, dyna
     return CapturedFunction(fn_or_module, backend, fullgraph, dynamic)
 
 
-class CapturedFunction:
+class CapturedFunction(CaptureWrapper):
     def __init__(self, target: Any, backend, fullgraph: bool, dynamic: bool | None):
         self.module: torch.nn.Module | None = None
         self._bound_self: Any = None
@@ -122,6 +124,10 @@ class CapturedFunction:
         functools.update_wrapper(self, self.fn, updated=())
 
     # -- calling
+    @property
+    def captured_target(self) -> Any:
+        return self._target
+
     def _bind(self, args: tuple, kwargs: dict) -> dict:
         if self._bound_self is not None:
             args = (self._bound_self, *args)
@@ -223,8 +229,6 @@ class CapturedFunction:
 
     def _note_changed_sizes(self, L: dict) -> None:
         """Automatic dynamic: dims whose size differs from the last capture become symbolic."""
-        from fireclay_capture.outputs import read_source
-
         last = self.cache.entries[-1].guards.guards
         for g in last:
             if g.kind != "tensor" or g.source is None:
@@ -251,9 +255,9 @@ class CapturedFunction:
             cell_params = cell_parameters(self.code)
             local_vars = {name: wrap(tx, value, LocalSource(name)) for name, value in L.items()
                           if name not in cell_params}
-            if self.code.co_flags & 0x08:  # CO_VARKEYWORDS: **kwargs is a new dict on every call
+            if self.code.co_flags & CO_VARKEYWORDS:  # **kwargs is a new dict on every call
                 varkw = self.code.co_varnames[self.code.co_argcount + self.code.co_kwonlyargcount
-                                              + bool(self.code.co_flags & 0x04)]
+                                              + bool(self.code.co_flags & CO_VARARGS)]
                 local_vars[varkw].fresh = True
             cells = {name: tx.cell_var(cell, ConstSource(cell, "cell"))
                      for name, cell in zip(self.code.co_freevars, self.fn.__closure__ or ())}
@@ -265,7 +269,7 @@ class CapturedFunction:
             result = frame.run()
             memo: dict = {}
             spec = output_spec(tx.graph, result, tx.shapes, memo)
-            replay = tx.side_effects.replay(lambda v: output_spec(tx.graph, v, tx.shapes, memo))
+            replay = replay_of(tx.side_effects, lambda v: output_spec(tx.graph, v, tx.shapes, memo))
             program = tx.program()
             plan = None
         except NeedsFakeTensors:
@@ -345,7 +349,7 @@ class CapturedFunction:
         func = fn.__func__ if isinstance(fn, types.MethodType) else fn
         if not isinstance(func, types.FunctionType) or getattr(func, "_fireclay_eager", False):
             return fn
-        if func.__code__.co_flags & _NOT_PLAIN or is_generator_context_factory(func):
+        if suspends(func.__code__) or is_generator_context_factory(func):  # run as they are
             return fn
         if (getattr(func, "__module__", None) or "").split(".")[0] in _LIBRARIES:
             return fn
@@ -377,7 +381,6 @@ class CapturedFunction:
         return self.programs[-1] if self.programs else None
 
 
-_NOT_PLAIN = 0x20 | 0x80 | 0x100 | 0x200  # generators and coroutines run as they are
 _LIBRARIES = frozenset({"torch", "numpy", "fireclay_capture", "fireclay_ir", "fireclay_shapes", "transformers",
                         "contextlib", "logging", "warnings"})
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from fireclay_capture.dynamic import concrete
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.variables.base import NULL, ConstVar, FakeIdVar, Var, const, wrap_constant
 from fireclay_capture.variables.containers import (
@@ -187,8 +188,6 @@ def _mentions(cls_value, target) -> bool:
 
 
 def _param_check(obj: TensorVar, cls_value) -> bool:
-    from fireclay_capture.tracer import Tracer  # noqa: F401
-
     is_param = obj.source is not None and "_parameters" in repr(obj.source)
     classes = cls_value if isinstance(cls_value, tuple) else (cls_value,)
     return any((c is torch.nn.Parameter and is_param) or (c is not torch.nn.Parameter and isinstance(obj.fake, c))
@@ -465,7 +464,7 @@ BUILTIN_RULES = {
     builtins.int: lambda tx, *a: _number(tx, int, list(a)),
     builtins.float: lambda tx, *a: _number(tx, float, list(a)),
     builtins.bool: lambda tx, *a: _bool(tx, list(a)),
-    builtins.str: lambda tx, *a: const(str(*[_concrete(x.as_python_constant()) for x in a])),
+    builtins.str: lambda tx, *a: const(str(*[concrete(x.as_python_constant()) for x in a])),
     builtins.list: lambda tx, *a: _sequence(tx, list, list(a)),
     builtins.tuple: lambda tx, *a: _sequence(tx, tuple, list(a)),
     builtins.set: lambda tx, *a: _sequence(tx, set, list(a)),
@@ -504,12 +503,6 @@ def _real_callable(v: Var):
 def _signature(tx, fn: Var, **kwargs: Var) -> Var:
     # A Signature is immutable; the function it describes is pinned by guards already.
     return ConstVar(inspect.signature(_real_callable(fn), **{k: v.as_python_constant() for k, v in kwargs.items()}))
-
-
-def _concrete(v):
-    from fireclay_capture.interpreter.ops_stack import concrete
-
-    return concrete(v)
 
 
 def _id(tx, v: Var) -> Var:

@@ -53,6 +53,15 @@ def allow_in_graph(fn: F) -> F:
     return fn
 
 
+class CaptureWrapper:
+    """Base of the callables ``capture()`` returns: captured code that calls one inlines the
+    function or module it wraps (``captured_target``) instead of capturing it on its own."""
+
+    @property
+    def captured_target(self) -> Any:
+        raise NotImplementedError
+
+
 def is_compiling() -> bool:
     """True while fireclay-capture traces the calling code, False when it runs for real."""
     return False

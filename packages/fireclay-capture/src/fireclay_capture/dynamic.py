@@ -116,3 +116,14 @@ def python_of(value: Any, session: ShapeSession) -> str:
     from fireclay_shapes.torch import expr_of
 
     return session.env.python_code(expr_of(value))
+
+
+def concrete(v):
+    """A symbolic size turned into its current value (the ShapeEnv guards that value)."""
+    if isinstance(v, torch.SymInt):
+        return int(v)
+    if isinstance(v, torch.SymFloat):
+        return float(v)
+    if isinstance(v, torch.SymBool):
+        return bool(v)
+    return v

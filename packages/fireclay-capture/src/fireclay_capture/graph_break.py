@@ -30,10 +30,12 @@ from typing import Any
 
 import torch
 
+from fireclay_capture.code_flags import suspends
 from fireclay_capture.config import config
 from fireclay_capture.errors import Unsupported
+from fireclay_capture.interpreter.frame import BreakSnapshot
 from fireclay_capture.liveness import live_locals
-from fireclay_capture.outputs import output_spec, rebuild
+from fireclay_capture.outputs import output_spec, rebuild, replay_of
 from fireclay_capture.resume import (
     ITER_SLOT,
     NULL_SLOT,
@@ -43,19 +45,9 @@ from fireclay_capture.resume import (
     resume_code_for,
     trampoline_code_for,
 )
-from fireclay_capture.variables.base import MUTATIONS, NULL, CellVar, ConstMethodVar, ConstVar, Var
-from fireclay_capture.variables.containers import ContainerMethodVar, DictVar, IteratorVar, ListVar, TupleVar
-from fireclay_capture.variables.functions import (
-    BuiltinMethodVar,
-    BuiltinVar,
-    ContextExitVar,
-    GradModeVar,
-    NestedFunctionVar,
-    NullContextVar,
-    UserFunctionVar,
-    UserMethodVar,
-)
-from fireclay_capture.variables.tensor import TensorMethodVar, TensorVar, TorchFnVar
+from fireclay_capture.variables.base import NULL, CellVar, Var
+from fireclay_capture.variables.containers import IteratorVar
+from fireclay_capture.variables.functions import RestoreGradMode  # noqa: F401 - re-exported
 
 _NESTING = threading.local()
 _BRANCHES = {"POP_JUMP_IF_TRUE": True, "POP_JUMP_FORWARD_IF_TRUE": True, "POP_JUMP_BACKWARD_IF_TRUE": True,
@@ -63,7 +55,7 @@ _BRANCHES = {"POP_JUMP_IF_TRUE": True, "POP_JUMP_FORWARD_IF_TRUE": True, "POP_JU
              "POP_JUMP_BACKWARD_IF_FALSE": False}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BreakPlan:
     """What a cache entry ending in a graph break does after its graph."""
 
@@ -88,17 +80,6 @@ class BreakPlan:
         return self.in_region or self.opname == "BEFORE_WITH"
 
 
-class RestoreGradMode:
-    """The ``__exit__`` of a grad-mode ``with`` block that a graph break cut in two: the resume
-    function calls it where the block ends, and it restores the mode from before the block."""
-
-    def __init__(self, prior: bool):
-        self.prior = prior
-
-    def __call__(self, exc_type=None, exc=None, tb=None) -> None:
-        torch.set_grad_enabled(self.prior)
-
-
 class _Shared:
     """A mutable container made during the trace: rebuilt once per run, so that the stack and
     the locals share it as they did in the frame."""
@@ -107,131 +88,126 @@ class _Shared:
         self.slot, self.spec = slot, spec
 
 
+class _BreakSpecs:
+    """Specs of the values live across one graph break (``BreakSpecs``): each value describes
+    itself (``Var.reconstruct``); the graph outputs, the shared containers and the cells they
+    need are kept here, so that a value reached twice is rebuilt as one object."""
+
+    def __init__(self, tx):
+        self.graph, self.shapes = tx.graph, tx.shapes
+        self.memo: dict = {}  # output_spec's: an object reached twice is one spec, so one object
+        self.containers: dict[int, _Shared] = {}
+        self.cells: dict[int, tuple] = {}
+
+    def spec_of(self, value: Var) -> Any:
+        return NULL if value is NULL else value.reconstruct(self)
+
+    def output(self, value: Var) -> Any:
+        return output_spec(self.graph, value, self.shapes, self.memo)
+
+    def shared(self, value: Var, build) -> Any:
+        known = self.containers.get(id(value))
+        if known is None:
+            known = self.containers[id(value)] = _Shared(len(self.containers), None)
+            known.spec = build()
+        return known
+
+    def cell(self, cell: CellVar) -> Any:
+        if cell.real_cell is not None:
+            if cell.source is None:
+                raise Unsupported("a closure cell the capture cannot re-read is live across a graph break")
+            return ("source", cell.source)  # a real cell; a write to it is replayed
+        if id(cell) not in self.cells:
+            self.cells[id(cell)] = ("cell", None if cell.contents is NULL else self.spec_of(cell.contents))
+        return self.cells[id(cell)]
+
+
+@dataclass(kw_only=True)
+class _FrameSpecs:
+    """The root frame's state at a break, as specs: what the resume function is called with."""
+
+    stack: list  # one spec per stack entry (NULL for the interpreter's NULLs)
+    iters: frozenset[int]  # stack positions holding a for-loop's iterator
+    local_names: tuple[str, ...]
+    locals: list  # specs, in local_names order, then one per cell of the frame
+
+
 def plan_break(tx, frame, e: Unsupported) -> BreakPlan:
     """Turn the root frame's state before its failing instruction into graph outputs and a plan;
     raises Unsupported when this break cannot be resumed (the caller then runs eagerly)."""
-    snap = frame.before_break
-    if snap is None or snap[0] is not frame.inst:
-        raise Unsupported(f"cannot resume after {frame.inst.opname if frame.inst else 'the start'}")
-    inst, stack, kw_names, n_nodes, effects, grad, n_contexts, mutations = snap
-    code = frame.code
-    if code.co_flags & 0x20 or code.co_flags & 0x100 or code.co_flags & 0x80 or code.co_flags & 0x200:
-        raise Unsupported("graph breaks in generators and coroutines (the function runs eagerly)")
-    # Inside a try or with block, the break instruction runs in a trampoline that keeps the
-    # function's own handlers around it (see run_break).
-    in_region = bool(enclosing_handlers(code, inst.offset))
-    if MUTATIONS[0] != mutations:
-        raise Unsupported("a called function changed lists, dicts or objects of the caller before "
-                          "its graph break")
-    if len(tx.entered_contexts) != n_contexts:
-        raise Unsupported("a graph break inside a context manager entered by a called function")
-    # Forget what a callee recorded before it broke: it runs again, for real, as the break's call.
-    for node in reversed(tx.graph.nodes[n_nodes:]):
-        tx.graph.erase(node)
-    tx.side_effects.restore(effects)
-    torch.set_grad_enabled(grad)
-
-    graph = tx.graph
-    shared: dict[int, _Shared] = {}
-    memo: dict = {}  # output_spec's: an object reached twice is one spec, so one object
-
-    def spec_of(v: Var) -> Any:
-        if v is NULL:
-            return NULL
-        if isinstance(v, (ListVar, DictVar, TupleVar)) and v.source is not None and not getattr(v, "fresh", False):
-            return ("source", v.source)  # the caller's own container (mutating it ends a trace)
-        if isinstance(v, (ListVar, DictVar)) and not (v.source is not None and not getattr(v, "fresh", False)):
-            known = shared.get(id(v))
-            if known is None:
-                known = shared[id(v)] = _Shared(len(shared), None)
-                if isinstance(v, ListVar):
-                    known.spec = ("seq", list, [spec_of(i) for i in v.items])
-                else:
-                    if v.key_vars:
-                        raise Unsupported("a dict keyed by objects is live across a graph break")
-                    known.spec = ("dict", v.cls, [(k, spec_of(x)) for k, x in v.items.items()])
-            return known
-        if isinstance(v, TupleVar) and v.source is None:
-            return ("seq", v.cls, [spec_of(i) for i in v.items])
-        if isinstance(v, IteratorVar):
-            raise Unsupported("an iterator kept in a variable is live across a graph break")
-        if isinstance(v, (TensorVar, ConstVar)) or v.source is not None:
-            return output_spec(graph, v, tx.shapes, memo)
-        if isinstance(v, ContextExitVar):  # the block's exit, called where the resumed block ends
-            if isinstance(v.ctx, GradModeVar):
-                return ("const", RestoreGradMode(v.ctx.prior))
-            if isinstance(v.ctx, NullContextVar):
-                return ("const", _no_exit)
-            raise Unsupported(f"a graph break inside a `with` block of {type(v.ctx).__name__}")
-        if isinstance(v, BuiltinVar):
-            return ("const", v.fn)
-        if isinstance(v, TorchFnVar):
-            return ("const", v.fn)
-        if isinstance(v, UserFunctionVar):
-            return ("const", v.fn)
-        if isinstance(v, TensorMethodVar):
-            return ("attr", spec_of(v.tensor), v.name)
-        if isinstance(v, ConstMethodVar):
-            return ("const", getattr(v.owner.value, v.name))
-        if isinstance(v, BuiltinMethodVar):
-            return ("const", getattr(v.owner, v.name))
-        if isinstance(v, ContainerMethodVar):
-            return ("attr", spec_of(v.owner), v.name)
-        if isinstance(v, UserMethodVar):
-            return ("method", spec_of(v.fn), spec_of(v.self_var))
-        if isinstance(v, CellVar):
-            return cell_spec(v)
-        if isinstance(v, NestedFunctionVar):
-            # A function made in the frame (a closure): made again around the same cells.
-            missing = [n for n in v.code.co_freevars if n not in v.cells]
-            if missing or v.kwdefaults:
-                raise Unsupported(f"the inner function {v.code.co_qualname} is live across a graph break")
-            return ("function", v.code, v.f_globals, [spec_of(d) for d in v.defaults],
-                    [cell_spec(v.cells[n]) for n in v.code.co_freevars])
-        return output_spec(graph, v, tx.shapes, memo)  # objects made in the trace, ModelOutputs; or raises
-
-    cells: dict[int, tuple] = {}
-
-    def cell_spec(c: CellVar) -> Any:
-        if c.real_cell is not None:
-            if c.source is None:
-                raise Unsupported("a closure cell the capture cannot re-read is live across a graph break")
-            return ("source", c.source)  # a real cell; a write to it is replayed
-        if id(c) not in cells:
-            cells[id(c)] = ("cell", None if c._contents is NULL else spec_of(c._contents))
-        return cells[id(c)]
-
-    # A for-loop's iterator crosses the break as the tuple of its remaining items.
-    iters = frozenset(i for i, v in enumerate(stack) if isinstance(v, IteratorVar))
-    stack_specs = [("seq", tuple, [spec_of(i) for i in v.items[v.pos:]]) if isinstance(v, IteratorVar)
-                   else spec_of(v) for v in stack]
-    # The stack parameters of a resume function are dead once its prologue has run.
-    # Only locals that the rest of the function may read cross the break: a dead one is neither
-    # a graph output nor an argument of the resume function, so it is freed as eagerly.
-    live = live_locals(code, inst.offset)
-    local_names = tuple(n for n in code.co_varnames if n in frame.locals and not is_stack_arg(n)
-                        and (live is None or n in live))
-    local_specs = [spec_of(frame.locals[n]) for n in local_names]
-    # Then every cell of the frame, as the resume function's cell parameters.
-    local_specs += [cell_spec(frame.cells[n]) if n in frame.cells else ("cell", None) for n in code.co_cellvars]
-    for n in local_names:
-        if isinstance(frame.locals[n], IteratorVar):
-            raise Unsupported("an iterator kept in a variable is live across a graph break")
-    arg = inst.argval if inst.opname in _BRANCHES or inst.opname.startswith(("STORE", "DELETE")) else inst.arg
-    plan = BreakPlan(inst.opname, arg, tuple(kw_names), stack_specs, iters, local_names, local_specs,
-                     _next_offset(frame), e.reason, e.location or tx.location(frame), grad)
-    plan.replay = tx.side_effects.replay(spec_of)
-    plan.offset, plan.in_region = inst.offset, in_region
-    # Build the resume code now: if it cannot be built, the function runs eagerly instead.
-    for offset in resume_offsets(plan):
-        resume_code_for(code, offset, resume_layout(plan), local_names)
-    if plan.uses_trampoline():
-        _trampoline_code(plan, code)
+    snap = _snapshot_at(frame)                    # the state before the failing instruction
+    _check_resumable(tx, frame.code, snap)        # no generator, no callee changes left behind
+    _rewind(tx, snap)                             # forget what a callee recorded before it broke
+    specs = _BreakSpecs(tx)
+    state = _frame_specs(specs, frame, snap)      # stack, live locals and cells as graph outputs
+    plan = _plan(tx, frame, snap, state, e)
+    plan.replay = replay_of(tx.side_effects, specs.spec_of)  # outside changes, after the locals
+    _build_resume_code(plan, frame.code)          # if it cannot be built, the function runs eagerly
     return plan
 
 
-def _no_exit(exc_type=None, exc=None, tb=None) -> None:
-    return None
+def _snapshot_at(frame) -> BreakSnapshot:
+    snap = frame.before_break
+    if snap is None or snap.inst is not frame.inst:
+        raise Unsupported(f"cannot resume after {frame.inst.opname if frame.inst else 'the start'}")
+    return snap
+
+
+def _check_resumable(tx, code: types.CodeType, snap: BreakSnapshot) -> None:
+    if suspends(code):
+        raise Unsupported("graph breaks in generators and coroutines (the function runs eagerly)")
+    if tx.mutations != snap.mutations:
+        raise Unsupported("a called function changed lists, dicts or objects of the caller before "
+                          "its graph break")
+    if len(tx.entered_contexts) != snap.n_contexts:
+        raise Unsupported("a graph break inside a context manager entered by a called function")
+
+
+def _rewind(tx, snap: BreakSnapshot) -> None:
+    """A callee that broke runs again, for real, as the break's call: drop its nodes and changes."""
+    for node in reversed(tx.graph.nodes[snap.n_nodes:]):
+        tx.graph.erase(node)
+    tx.side_effects.restore(snap.effects)
+    torch.set_grad_enabled(snap.grad_enabled)
+
+
+def _frame_specs(specs: _BreakSpecs, frame, snap: BreakSnapshot) -> _FrameSpecs:
+    code = frame.code
+    # A for-loop's iterator crosses the break as the tuple of its remaining items.
+    stack = snap.stack
+    iters = frozenset(i for i, v in enumerate(stack) if isinstance(v, IteratorVar))
+    stack_specs = [("seq", tuple, [specs.spec_of(i) for i in v.items[v.pos:]]) if isinstance(v, IteratorVar)
+                   else specs.spec_of(v) for v in stack]
+    # The stack parameters of a resume function are dead once its prologue has run.
+    # Only locals that the rest of the function may read cross the break: a dead one is neither
+    # a graph output nor an argument of the resume function, so it is freed as eagerly.
+    live = live_locals(code, snap.inst.offset)
+    local_names = tuple(n for n in code.co_varnames if n in frame.locals and not is_stack_arg(n)
+                        and (live is None or n in live))
+    local_specs = [specs.spec_of(frame.locals[n]) for n in local_names]
+    # Then every cell of the frame, as the resume function's cell parameters.
+    local_specs += [specs.cell(frame.cells[n]) if n in frame.cells else ("cell", None) for n in code.co_cellvars]
+    return _FrameSpecs(stack=stack_specs, iters=iters, local_names=local_names, locals=local_specs)
+
+
+def _plan(tx, frame, snap: BreakSnapshot, state: _FrameSpecs, e: Unsupported) -> BreakPlan:
+    inst = snap.inst
+    arg = inst.argval if inst.opname in _BRANCHES or inst.opname.startswith(("STORE", "DELETE")) else inst.arg
+    return BreakPlan(
+        opname=inst.opname, arg=arg, kw_names=tuple(snap.kw_names), stack=state.stack, iters=state.iters,
+        local_names=state.local_names, locals=state.locals, next_offset=_next_offset(frame),
+        reason=e.reason, location=e.location or tx.location(frame), grad_enabled=snap.grad_enabled,
+        offset=inst.offset,
+        # Inside a try or with block, the break instruction runs in a trampoline that keeps the
+        # function's own handlers around it (see run_break).
+        in_region=bool(enclosing_handlers(frame.code, inst.offset)))
+
+
+def _build_resume_code(plan: BreakPlan, code: types.CodeType) -> None:
+    for offset in resume_offsets(plan):
+        resume_code_for(code, offset, resume_layout(plan), plan.local_names)
+    if plan.uses_trampoline():
+        _trampoline_code(plan, code)
 
 
 def _stack_layout(plan: BreakPlan) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from fireclay_capture.sources import ConstSource, Source
+from fireclay_capture.sources import ConstSource, Source, read_source
 
 
 class GlobalState(NamedTuple):
@@ -322,8 +322,6 @@ def _short(value: Any) -> str:
 
 def describe_failure(g: Guard, L: dict) -> str:
     """A failed guard in words, with the value the call brought where it can be read."""
-    from fireclay_capture.outputs import read_source
-
     where = _where(g)
     if g.kind == "grad_mode":
         return f"grad mode: expected torch.is_grad_enabled() is {g.data}, got {torch.is_grad_enabled()}"

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from fireclay_capture.errors import Unsupported
-from fireclay_capture.sources import AttrSource, ConstSource, ItemSource, LocalSource, Source
+from fireclay_capture.side_effects import DELETED, MISSING, Replay, SideEffects, attribute_now
+from fireclay_capture.sources import Source, read_source
 from fireclay_capture.variables.base import ConstVar, FakeIdVar, Var
 from fireclay_capture.variables.containers import DictVar, ListVar, TupleVar
 from fireclay_capture.variables.objects import ModelOutputVar, NewObjectVar
@@ -87,16 +89,6 @@ def output_spec(graph: Graph, var: Var, shapes=None, memo: dict | None = None) -
     return spec
 
 
-def read_source(source: Source, L: dict) -> Any:
-    if isinstance(source, LocalSource):
-        return L[source.name]
-    if isinstance(source, ConstSource):
-        return source.obj
-    if isinstance(source, AttrSource):
-        return getattr(read_source(source.base, L), source.name)
-    if isinstance(source, ItemSource):
-        return read_source(source.base, L)[source.key]
-    raise AssertionError(source)
 
 
 def rebuild(spec: Any, results, L: dict, made: dict | None = None) -> Any:
@@ -142,3 +134,55 @@ def rebuild(spec: Any, results, L: dict, made: dict | None = None) -> Any:
             object.__setattr__(obj, k, rebuild(s, results, L, made))
         return obj
     raise AssertionError(kind)
+
+
+def replay_of(effects: SideEffects, spec_of: Callable[[Any], Any]) -> Replay | None:
+    """The replay of every change ``effects`` recorded; ``spec_of`` turns a Var into an output
+    spec (and adds the graph outputs it needs)."""
+    replay = Replay()
+    keep: list = []  # the stand-in Vars below stay alive: specs are memoised by id()
+    target_of: dict[Source, int] = {}
+
+    def target(source: Source) -> int:
+        if source not in target_of:
+            target_of[source] = len(replay.targets)
+            replay.targets.append(source)
+        return target_of[source]
+
+    def value(v: Any) -> Any:
+        if v is DELETED:
+            return DELETED
+        replay.values.append(spec_of(v))
+        return len(replay.values) - 1
+
+    for key in effects.order:
+        kind = key[0]
+        if kind == "attr":
+            obj, source, name, v = effects.attrs[key[1:]]
+            before = attribute_now(obj, name)
+            if v is DELETED and before is MISSING:
+                continue
+            if isinstance(v, ConstVar) and type(before) is type(v.value) and before == v.value:
+                continue  # set, then restored: nothing to do
+            replay.ops.append(("attr", target(source), name, value(v)))
+        elif kind == "call":
+            replay.ops.append(("call", *effects.calls[key[1]]))
+        elif kind == "global":
+            g, name, v = effects.globals[key[1:]]
+            before = g.get(name, MISSING)
+            if isinstance(v, ConstVar) and type(before) is type(v.value) and before == v.value:
+                continue
+            replay.ops.append(("global", g, name, value(v)))
+        else:
+            var = effects.containers[key[1]]
+            if isinstance(var, ListVar):
+                keep.append(ListVar(var.items))
+                replay.ops.append(("list", target(var.source), value(keep[-1])))
+            elif isinstance(var, DictVar):
+                if var.key_vars:
+                    raise Unsupported("changing a dict keyed by objects that exists outside the capture")
+                keep.append(DictVar(var.items))
+                replay.ops.append(("dict", target(var.source), value(keep[-1])))
+            else:  # pragma: no cover - only lists and dicts are recorded
+                raise AssertionError(var)
+    return replay if replay.ops else None

@@ -24,10 +24,8 @@ import types
 from bytecode import Bytecode, CellVar, Instr, Label, TryBegin
 
 from fireclay_capture import bytecode_versions as versions
+from fireclay_capture.code_flags import CO_VARARGS, CO_VARKEYWORDS
 from fireclay_capture.errors import Unsupported
-
-CO_VARARGS = 0x04
-CO_VARKEYWORDS = 0x08
 
 #: What each stack slot holds when the resume function starts.
 NULL_SLOT, VALUE_SLOT, ITER_SLOT = "null", "value", "iter"

@@ -21,11 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fireclay_capture.errors import Unsupported
-from fireclay_capture.sources import Source
+from fireclay_capture.sources import Source, read_source
 
 DELETED = object()  # marks an attribute or global deleted during the trace
-_MISSING = object()
+MISSING = object()  # an attribute or global that does not exist
 
 
 class SideEffects:
@@ -99,67 +98,12 @@ class SideEffects:
     def __bool__(self) -> bool:
         return bool(self.order)
 
-    # -- after the trace
-    def replay(self, spec_of: Callable[[Any], Any]) -> Replay | None:
-        """The replay of everything recorded; ``spec_of`` turns a Var into an output spec (and
-        adds the graph outputs it needs)."""
-        from fireclay_capture.variables.base import ConstVar
-        from fireclay_capture.variables.containers import DictVar, ListVar
 
-        replay = Replay()
-        keep: list = []  # the stand-in Vars below stay alive: specs are memoised by id()
-        target_of: dict[Source, int] = {}
-
-        def target(source: Source) -> int:
-            if source not in target_of:
-                target_of[source] = len(replay.targets)
-                replay.targets.append(source)
-            return target_of[source]
-
-        def value(v: Any) -> Any:
-            if v is DELETED:
-                return DELETED
-            replay.values.append(spec_of(v))
-            return len(replay.values) - 1
-
-        for key in self.order:
-            kind = key[0]
-            if kind == "attr":
-                obj, source, name, v = self.attrs[key[1:]]
-                before = _attribute_now(obj, name)
-                if v is DELETED and before is _MISSING:
-                    continue
-                if isinstance(v, ConstVar) and type(before) is type(v.value) and before == v.value:
-                    continue  # set, then restored: nothing to do
-                replay.ops.append(("attr", target(source), name, value(v)))
-            elif kind == "call":
-                replay.ops.append(("call", *self.calls[key[1]]))
-            elif kind == "global":
-                g, name, v = self.globals[key[1:]]
-                before = g.get(name, _MISSING)
-                if isinstance(v, ConstVar) and type(before) is type(v.value) and before == v.value:
-                    continue
-                replay.ops.append(("global", g, name, value(v)))
-            else:
-                var = self.containers[key[1]]
-                if isinstance(var, ListVar):
-                    keep.append(ListVar(var.items))
-                    replay.ops.append(("list", target(var.source), value(keep[-1])))
-                elif isinstance(var, DictVar):
-                    if var.key_vars:
-                        raise Unsupported("changing a dict keyed by objects that exists outside the capture")
-                    keep.append(DictVar(var.items))
-                    replay.ops.append(("dict", target(var.source), value(keep[-1])))
-                else:  # pragma: no cover - only lists and dicts are recorded
-                    raise AssertionError(var)
-        return replay if replay.ops else None
-
-
-def _attribute_now(obj: Any, name: str) -> Any:
+def attribute_now(obj: Any, name: str) -> Any:
     d = getattr(obj, "__dict__", None)
     if d is not None and name in d:
         return d[name]
-    return _MISSING
+    return MISSING
 
 
 @dataclass
@@ -173,8 +117,6 @@ class Replay:
 
     def prepare(self, realize: Callable[[Any], Any], L: dict) -> tuple[list, list]:
         """Phase one: read every object to change and build every new value (nothing changes)."""
-        from fireclay_capture.outputs import read_source
-
         return [read_source(s, L) for s in self.targets], [realize(s) for s in self.values]
 
     def apply(self, prepared: tuple[list, list]) -> None:
@@ -205,10 +147,4 @@ class Replay:
                 d.update(vals[op[2]])
 
 
-def replay_enabled() -> bool:
-    from fireclay_capture.config import config
-
-    return config.replay_side_effects
-
-
-__all__ = ["DELETED", "Replay", "SideEffects", "replay_enabled"]
+__all__ = ["DELETED", "MISSING", "Replay", "SideEffects", "attribute_now"]

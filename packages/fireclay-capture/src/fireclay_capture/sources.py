@@ -110,6 +110,18 @@ def module_member(module_source: Source, table: str, name: str) -> Source:
     a dict lookup instead of ``nn.Module.__getattr__``)."""
     return ItemSource(AttrSource(module_source, table), name)
 
+def read_source(source: Source, L: dict) -> Any:
+    """The value ``source`` names, read from a frame's locals ``L``."""
+    if isinstance(source, LocalSource):
+        return L[source.name]
+    if isinstance(source, ConstSource):
+        return source.obj
+    if isinstance(source, AttrSource):
+        return getattr(read_source(source.base, L), source.name)
+    if isinstance(source, ItemSource):
+        return read_source(source.base, L)[source.key]
+    raise AssertionError(source)
+
 
 def clean_name(hint: str) -> str:
     hint = hint.replace("_parameters_", "_").replace("_buffers_", "_").replace("_modules_", "_")

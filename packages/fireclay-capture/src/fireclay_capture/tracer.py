@@ -1,5 +1,8 @@
 """The state of one capture: the graph being built, its inputs and weights, the guards, and the
-stack of frames being interpreted (the root frame and every inlined call)."""
+stack of frames being interpreted (the root frame and every inlined call).
+
+:class:`Tracer` implements :class:`~fireclay_capture.trace_state.TraceState`, the protocol the
+values being traced see it through."""
 
 from __future__ import annotations
 
@@ -10,13 +13,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fireclay_capture.aliases import AliasTable
+from fireclay_capture.builtins import call_builtin
+from fireclay_capture.code_flags import ASYNC, CO_GENERATOR
 from fireclay_capture.config import config
 from fireclay_capture.dynamic import ShapeSession, marked_dims, source_text
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.guards import GuardSet, global_state
-from fireclay_capture.side_effects import DELETED, SideEffects  # noqa: F401 - DELETED is re-exported
+from fireclay_capture.side_effects import SideEffects
 from fireclay_capture.sources import Source, clean_name
 from fireclay_capture.variables.base import CellVar, Var
+from fireclay_capture.variables.builder import wrap, wrap_container
 from fireclay_capture.variables.tensor import TensorVar, device_str, fake_from_real, meta_of
 from fireclay_capture.variables.torch_names import GRAD_MODE_OP
 from fireclay_ir import Graph, InputSpec, Program, Weight
@@ -24,9 +30,6 @@ from fireclay_ir.dialects import TORCH
 
 if TYPE_CHECKING:
     from fireclay_capture.interpreter.frame import Frame
-
-CO_GENERATOR = 0x20
-
 
 class Tracer:
     def __init__(self, root_module: torch.nn.Module | None = None,
@@ -60,8 +63,19 @@ class Tracer:
         self.side_effects = SideEffects()
         self.subgraphs: list[Graph] = []  # the branches of hop::cond nodes
         self._cells: dict[int, CellVar] = {}  # real closure cells by id (each CellVar keeps its cell)
+        # Changes to lists, dicts, objects and cells made inside the trace, counted so that a
+        # graph break inside an inlined call knows whether the callee changed state the caller
+        # can see (then the callee cannot simply run again for real, and the frame runs eagerly).
+        self.mutations = 0
 
     # -- inputs
+    def wrap(self, value: Any, source: Source | None, *, weight: tuple[str, str] | None = None,
+             qualname: str | None = None) -> Var:
+        return wrap(self, value, source, weight=weight, qualname=qualname)
+
+    def wrap_container(self, value: Any, source: Source | None) -> Var:
+        return wrap_container(self, value, source)
+
     def qualname_of(self, module: torch.nn.Module) -> str | None:
         return self._qualnames.get(id(module))
 
@@ -177,9 +191,15 @@ class Tracer:
         frame = Frame(self, code, f_globals, local_vars, cells)
         if code.co_flags & CO_GENERATOR:
             return frame.run_generator()
-        if code.co_flags & 0x80 or code.co_flags & 0x100 or code.co_flags & 0x200:
+        if code.co_flags & ASYNC:
             raise Unsupported(f"calling async function {code.co_qualname}")
         return frame.run()
+
+    def call_builtin(self, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        return call_builtin(self, fn, args, kwargs)
+
+    def note_mutation(self) -> None:
+        self.mutations += 1
 
     def cell_var(self, cell: Any, source: Source) -> CellVar:
         """The one CellVar of a real closure cell in this trace (a write through one function or

@@ -11,13 +11,15 @@ from __future__ import annotations
 import dis
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+from fireclay_capture.code_flags import CO_VARARGS, CO_VARKEYWORDS
 from fireclay_capture.config import config
 from fireclay_capture.errors import ObservedException, Unsupported
-from fireclay_capture.variables.base import MUTATIONS, NULL, CellVar, Var, const
+from fireclay_capture.variables.base import NULL, CellVar, Var, const
 from fireclay_capture.variables.containers import DictVar, IteratorVar, TupleVar
 
 if TYPE_CHECKING:
@@ -30,9 +32,6 @@ BREAKABLE = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW", "POP_JUMP_IF_TRUE"
                        "POP_JUMP_BACKWARD_IF_FALSE", "STORE_GLOBAL", "STORE_SUBSCR", "STORE_ATTR",
                        "DELETE_SUBSCR", "BEFORE_WITH"})
 HANDLERS: dict[str, Callable[[Frame, dis.Instruction], None]] = {}
-
-CO_VARARGS = 0x04
-CO_VARKEYWORDS = 0x08
 
 
 def handler(*names: str):
@@ -61,6 +60,21 @@ def _instructions(code: types.CodeType):
     return cached
 
 
+@dataclass(slots=True, kw_only=True)
+class BreakSnapshot:
+    """The root frame's state before an instruction that could become a graph break: a break
+    raised while that instruction runs (inside a call it makes, too) rewinds the trace to it."""
+
+    inst: dis.Instruction
+    stack: list  # a copy of the value stack
+    kw_names: tuple[str, ...]
+    n_nodes: int  # nodes in the graph
+    effects: Any  # SideEffects.snapshot()
+    grad_enabled: bool
+    n_contexts: int  # context managers entered
+    mutations: int  # the trace's mutation count
+
+
 class Frame:
     def __init__(self, tx: Tracer, code: types.CodeType, f_globals: dict, local_vars: dict[str, Var],
                  cells: dict[str, CellVar]):
@@ -75,9 +89,8 @@ class Frame:
         self.inst: dis.Instruction | None = None
         self.kw_names: tuple[str, ...] = ()
         self.yielded: list[Var] | None = None
-        # The root frame's state before its last instruction that could become a graph break:
-        # (instruction, stack, kw_names, nodes in the graph, side effects, grad mode, ...).
-        self.before_break: tuple | None = None
+        # The root frame's state before its last instruction that could become a graph break.
+        self.before_break: BreakSnapshot | None = None
         # Cell variables that are also arguments start as cells holding the argument.
         for name in code.co_cellvars:
             if name not in self.cells:
@@ -110,9 +123,10 @@ class Frame:
                 self.inst = inst
                 if is_root and inst.opname in BREAKABLE:
                     tx = self.tx
-                    self.before_break = (inst, self.stack[:], self.kw_names, len(tx.graph.nodes),
-                                         tx.side_effects.snapshot(), torch.is_grad_enabled(),
-                                         len(tx.entered_contexts), MUTATIONS[0])
+                    self.before_break = BreakSnapshot(
+                        inst=inst, stack=self.stack[:], kw_names=self.kw_names, n_nodes=len(tx.graph.nodes),
+                        effects=tx.side_effects.snapshot(), grad_enabled=torch.is_grad_enabled(),
+                        n_contexts=len(tx.entered_contexts), mutations=tx.mutations)
                 self.ip += 1
                 self.tx.instructions_run += 1
                 if self.tx.instructions_run > config.max_instructions:

@@ -268,8 +268,6 @@ def delete_attr(frame: Frame, inst) -> None:
         del obj.attrs[inst.argval]
         return
     if isinstance(obj, ObjectVar) and _plain_attribute(obj.obj, inst.argval):
-        from fireclay_capture.tracer import DELETED
-
         frame.tx.write_attr(obj.obj, obj.source, inst.argval, DELETED)
         return
     raise Unsupported(f"deleting attribute {inst.argval!r} of {obj}")

@@ -5,9 +5,8 @@ from __future__ import annotations
 import dis
 import operator
 
-import torch
-
 from fireclay_capture.builtins import apply_operator, contains
+from fireclay_capture.dynamic import concrete
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.interpreter.frame import Frame, handler
 from fireclay_capture.variables.base import NULL, ConstVar
@@ -128,17 +127,6 @@ def _format(value, spec: str):
     if isinstance(value, TensorVar):
         raise Unsupported("formatting a tensor into a string (needs its data)")
     return format(concrete(value.as_python_constant()), spec)
-
-
-def concrete(v):
-    """A symbolic size turned into its current value (the ShapeEnv guards that value)."""
-    if isinstance(v, torch.SymInt):
-        return int(v)
-    if isinstance(v, torch.SymFloat):
-        return float(v)
-    if isinstance(v, torch.SymBool):
-        return bool(v)
-    return v
 
 
 @handler("FORMAT_VALUE")

@@ -19,17 +19,7 @@ from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.sources import Source
 
 if TYPE_CHECKING:
-    from fireclay_capture.tracer import Tracer
-
-
-# Mutations of values made during the trace (lists, dicts, new objects, cells), counted so that a
-# graph break inside an inlined call knows whether the callee changed state the caller can see
-# (then the callee cannot simply run again for real, and the frame runs eagerly).
-MUTATIONS = [0]
-
-
-def note_mutation() -> None:
-    MUTATIONS[0] += 1
+    from fireclay_capture.trace_state import BreakSpecs, TraceState
 
 
 class _Null:
@@ -54,30 +44,37 @@ class Var:
     def as_python_constant(self) -> Any:
         raise Unsupported(f"{self} is not a compile-time constant here")
 
-    def getattr(self, tx: Tracer, name: str) -> Var:
+    def getattr(self, tx: TraceState, name: str) -> Var:
         raise ObservedException(AttributeError, f"{self} has no attribute {name!r} the capture can model")
 
-    def call(self, tx: Tracer, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    def call(self, tx: TraceState, args: list[Var], kwargs: dict[str, Var]) -> Var:
         raise Unsupported(f"calling {self}")
 
-    def call_method(self, tx: Tracer, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    def call_method(self, tx: TraceState, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
         return self.getattr(tx, name).call(tx, args, kwargs)
 
-    def unpack(self, tx: Tracer) -> list[Var]:
+    def unpack(self, tx: TraceState) -> list[Var]:
         raise Unsupported(f"iterating over {self}")
 
-    def truth(self, tx: Tracer) -> bool:
+    def truth(self, tx: TraceState) -> bool:
         return True
 
-    def getitem(self, tx: Tracer, key: Var) -> Var:
+    def getitem(self, tx: TraceState, key: Var) -> Var:
         raise Unsupported(f"indexing {self}")
 
-    def setitem(self, tx: Tracer, key: Var, value: Var) -> None:
+    def setitem(self, tx: TraceState, key: Var, value: Var) -> None:
         raise Unsupported(f"assigning an item of {self}")
 
     def identity(self) -> Any:
         """What ``is`` compares: the real object for values that stand for one, else the Var."""
         return self
+
+    def reconstruct(self, specs: BreakSpecs) -> Any:
+        """The spec that rebuilds this value in plain Python after a graph break (``specs``
+        holds the graph outputs and the shared objects of the break being planned). By default
+        a graph output, the value read again from its source, or an object made in the trace;
+        raises Unsupported for values that cannot cross a break."""
+        return specs.output(self)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -175,6 +172,11 @@ class ConstMethodVar(Var):
     def __repr__(self):
         return f"method {self.name} of {self.owner.value!r}"
 
+    def reconstruct(self, specs):
+        if self.source is not None:
+            return specs.output(self)
+        return ("const", getattr(self.owner.value, self.name))
+
 
 def const(value: Any, source: Source | None = None) -> ConstVar:
     return ConstVar(value, source)
@@ -207,32 +209,38 @@ class CellVar(Var):
         self.source = source
         self.written = False
 
-    def get(self, tx: Tracer) -> Var:
+    @property
+    def contents(self) -> Any:
+        """What the cell holds now (NULL when empty), without reading a real cell."""
+        return self._contents
+
+    def get(self, tx: TraceState) -> Var:
         if self._contents is NULL and self.real_cell is not None and not self.written:
             from fireclay_capture.sources import AttrSource
-            from fireclay_capture.variables.builder import wrap
-
             try:
                 value = self.real_cell.cell_contents
             except ValueError:
                 raise Unsupported("reading a closure variable before it was assigned") from None
             src = AttrSource(self.source, "cell_contents") if self.source is not None else None
-            self._contents = wrap(tx, value, src)
+            self._contents = tx.wrap(value, src)
         if self._contents is NULL:
             raise Unsupported("reading a closure variable before it was assigned")
         return self._contents
 
-    def set(self, value: Var, tx: Tracer | None = None) -> None:
+    def set(self, value: Var, tx: TraceState) -> None:
         if self.real_cell is not None:
             from fireclay_capture.config import config
 
-            if tx is None or self.source is None or not config.replay_side_effects:
+            if self.source is None or not config.replay_side_effects:
                 raise Unsupported("assigning a nonlocal variable of a function defined outside the capture")
             # A real cell: written after the graph, like an attribute (cells are shared).
             tx.write_attr(self.real_cell, self.source, "cell_contents", value)
             self._contents = value
             self.written = True
             return
-        note_mutation()
+        tx.note_mutation()
         self._contents = value
         self.written = True
+
+    def reconstruct(self, specs):
+        return specs.cell(self)

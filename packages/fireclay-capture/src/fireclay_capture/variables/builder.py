@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from fireclay_capture.controls import CaptureWrapper
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.sources import AttrSource, ItemSource, Source, clean_name
 from fireclay_capture.variables.base import ConstVar, is_constant_value
@@ -259,11 +260,7 @@ def wrap_container(tx, value: Any, source: Source | None):
 
 
 def _captured_target(value: Any) -> Any:
-    from fireclay_capture.api import CapturedFunction
-
-    if isinstance(value, CapturedFunction):
-        return value._target
-    return None
+    return value.captured_target if isinstance(value, CaptureWrapper) else None
 
 
 def _has_builtin_rule(value: Any) -> bool:

@@ -6,7 +6,7 @@ from typing import Any
 
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.sources import Source
-from fireclay_capture.variables.base import ConstVar, Var, const, is_constant_value, note_mutation
+from fireclay_capture.variables.base import ConstVar, Var, const, is_constant_value
 
 
 def _key(tx, v: Var) -> Any:
@@ -95,6 +95,12 @@ class TupleVar(BaseListVar):
     def __repr__(self):
         return f"TupleVar({self.items!r})"
 
+    def reconstruct(self, specs):
+        if self.source is not None:
+            # The caller's own tuple is read again; a fresh one is rebuilt from its items.
+            return specs.output(self) if getattr(self, "fresh", False) else ("source", self.source)
+        return ("seq", self.cls, [specs.spec_of(i) for i in self.items])
+
 
 class ListVar(BaseListVar):
     def python_type(self):
@@ -159,6 +165,11 @@ class ListVar(BaseListVar):
 
     def __repr__(self):
         return f"ListVar({self.items!r})"
+
+    def reconstruct(self, specs):
+        if self.source is not None and not getattr(self, "fresh", False):
+            return ("source", self.source)  # the caller's own list (mutating it ends a trace)
+        return specs.shared(self, lambda: ("seq", list, [specs.spec_of(i) for i in self.items]))
 
 
 class DictVar(Var):
@@ -271,6 +282,17 @@ class DictVar(Var):
     def __repr__(self):
         return f"DictVar({self.items!r})"
 
+    def reconstruct(self, specs):
+        if self.source is not None and not getattr(self, "fresh", False):
+            return ("source", self.source)  # the caller's own dict (mutating it ends a trace)
+
+        def build():
+            if self.key_vars:
+                raise Unsupported("a dict keyed by objects is live across a graph break")
+            return ("dict", self.cls, [(k, specs.spec_of(x)) for k, x in self.items.items()])
+
+        return specs.shared(self, build)
+
 
 def _note_change(tx, var, what: str) -> None:
     """``var`` is about to change. A list or dict that exists outside the trace (it has a source)
@@ -286,7 +308,7 @@ def _note_change(tx, var, what: str) -> None:
             raise Unsupported(f"mutating a {var.python_type().__name__} that exists outside the captured function")
         tx.side_effects.mutate_container(var)
         return
-    note_mutation()
+    tx.note_mutation()
 
 
 class SetVar(Var):
@@ -346,6 +368,11 @@ class ContainerMethodVar(Var):
     def __repr__(self):
         return f"method {self.name} of {self.owner}"
 
+    def reconstruct(self, specs):
+        if self.source is not None:
+            return specs.output(self)
+        return ("attr", specs.spec_of(self.owner), self.name)
+
 
 class IteratorVar(Var):
     """An iterator over items known at trace time (what GET_ITER makes of every iterable)."""
@@ -370,6 +397,10 @@ class IteratorVar(Var):
 
     def __repr__(self):
         return f"IteratorVar({len(self.items) - self.pos} left)"
+
+    def reconstruct(self, specs):
+        # (On the value stack, a for-loop's iterator crosses as the tuple of its remaining items.)
+        raise Unsupported("an iterator kept in a variable is live across a graph break")
 
 
 def sequence_of(items: list[Var], like: type) -> Var:

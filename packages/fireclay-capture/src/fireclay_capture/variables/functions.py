@@ -33,13 +33,11 @@ class UserFunctionVar(Var):
 
     def frame_inputs(self, tx):
         """(globals, defaults, kwdefaults, closure cells) for inlining."""
-        from fireclay_capture.variables.builder import wrap
-
         fn = self.fn
         fn_src = self.source if self.source is not None else ConstSource(fn, "f")
-        defaults = [wrap(tx, d, ItemSource(AttrSource(fn_src, "__defaults__"), i))
+        defaults = [tx.wrap(d, ItemSource(AttrSource(fn_src, "__defaults__"), i))
                     for i, d in enumerate(fn.__defaults__ or ())]
-        kwdefaults = {k: wrap(tx, v, ItemSource(AttrSource(fn_src, "__kwdefaults__"), k))
+        kwdefaults = {k: tx.wrap(v, ItemSource(AttrSource(fn_src, "__kwdefaults__"), k))
                       for k, v in (fn.__kwdefaults__ or {}).items()}
         cells = {}
         for i, (name, cell) in enumerate(zip(fn.__code__.co_freevars, fn.__closure__ or ())):
@@ -70,13 +68,14 @@ class UserFunctionVar(Var):
         if name in ("__qualname__", "__module__", "__doc__", "__code__"):
             return const(getattr(self.fn, name))
         if name == "__wrapped__" and hasattr(self.fn, "__wrapped__"):
-            from fireclay_capture.variables.builder import wrap
-
-            return wrap(tx, self.fn.__wrapped__, AttrSource(self.source, name) if self.source else None)
+            return tx.wrap(self.fn.__wrapped__, AttrSource(self.source, name) if self.source else None)
         raise Unsupported(f"reading attribute {name!r} of function {self.fn.__qualname__}")
 
     def __repr__(self):
         return f"function {self.fn.__qualname__}"
+
+    def reconstruct(self, specs):
+        return specs.output(self) if self.source is not None else ("const", self.fn)
 
 
 def is_generator_context_factory(fn: Any) -> bool:
@@ -145,6 +144,16 @@ class NestedFunctionVar(Var):
     def __repr__(self):
         return f"nested function {self.code.co_qualname}"
 
+    def reconstruct(self, specs):
+        if self.source is not None:
+            return specs.output(self)
+        # A function made in the frame (a closure): made again around the same cells.
+        missing = [n for n in self.code.co_freevars if n not in self.cells]
+        if missing or self.kwdefaults:
+            raise Unsupported(f"the inner function {self.code.co_qualname} is live across a graph break")
+        return ("function", self.code, self.f_globals, [specs.spec_of(d) for d in self.defaults],
+                [specs.cell(self.cells[n]) for n in self.code.co_freevars])
+
 
 class UserMethodVar(Var):
     """``obj.method`` for a Python method: the function inlined with ``self`` first."""
@@ -164,6 +173,11 @@ class UserMethodVar(Var):
 
     def __repr__(self):
         return f"bound {self.fn} of {self.self_var}"
+
+    def reconstruct(self, specs):
+        if self.source is not None:
+            return specs.output(self)
+        return ("method", specs.spec_of(self.fn), specs.spec_of(self.self_var))
 
 
 class PartialVar(Var):
@@ -194,9 +208,7 @@ class BuiltinVar(Var):
         return self.fn
 
     def call(self, tx, args, kwargs):
-        from fireclay_capture.builtins import call_builtin
-
-        return call_builtin(tx, self.fn, args, kwargs)
+        return tx.call_builtin(self.fn, args, kwargs)
 
     def getattr(self, tx, name):
         if isinstance(self.fn, type):
@@ -207,6 +219,9 @@ class BuiltinVar(Var):
 
     def __repr__(self):
         return f"builtin {getattr(self.fn, '__name__', self.fn)}"
+
+    def reconstruct(self, specs):
+        return specs.output(self) if self.source is not None else ("const", self.fn)
 
 
 class BuiltinMethodVar(Var):
@@ -222,6 +237,11 @@ class BuiltinMethodVar(Var):
 
 
 # --------------------------------------------------------------------------- context managers
+
+    def reconstruct(self, specs):
+        if self.source is not None:
+            return specs.output(self)
+        return ("const", getattr(self.owner, self.name))
 
 
 class GradModeVar(Var):
@@ -311,6 +331,32 @@ class ContextExitVar(Var):
         self.ctx.exit(tx)
         return const(None)
 
+    def reconstruct(self, specs):
+        # The block's exit, called where the resumed block ends.
+        if self.source is not None:
+            return specs.output(self)
+        if isinstance(self.ctx, GradModeVar):
+            return ("const", RestoreGradMode(self.ctx.prior))
+        if isinstance(self.ctx, NullContextVar):
+            return ("const", no_exit)
+        raise Unsupported(f"a graph break inside a `with` block of {type(self.ctx).__name__}")
+
+
+class RestoreGradMode:
+    """The ``__exit__`` of a grad-mode ``with`` block that a graph break cut in two: the resume
+    function calls it where the block ends, and it restores the mode from before the block."""
+
+    def __init__(self, prior: bool):
+        self.prior = prior
+
+    def __call__(self, exc_type=None, exc=None, tb=None) -> None:
+        torch.set_grad_enabled(self.prior)
+
+
+def no_exit(exc_type=None, exc=None, tb=None) -> None:
+    """The ``__exit__`` of a ``with nullcontext()`` block that a graph break cut in two."""
+    return None
+
 
 class NullContextVar(Var):
     """Context managers with no effect on the graph (``contextlib.nullcontext``)."""
@@ -332,8 +378,6 @@ class SuperVar(Var):
         self.cls, self.self_var = cls, self_var
 
     def getattr(self, tx, name):
-        from fireclay_capture.variables.builder import wrap
-
         obj_type = self.self_var.python_type()
         mro = obj_type.__mro__
         start = mro.index(self.cls) + 1 if self.cls in mro else 0
@@ -341,14 +385,14 @@ class SuperVar(Var):
             if name in klass.__dict__:
                 attr = klass.__dict__[name]
                 if isinstance(attr, staticmethod):
-                    return wrap(tx, attr.__func__, None)
+                    return tx.wrap(attr.__func__, None)
                 if isinstance(attr, classmethod):
-                    return UserMethodVar(wrap(tx, attr.__func__, None), wrap(tx, obj_type, None))
+                    return UserMethodVar(tx.wrap(attr.__func__, None), tx.wrap(obj_type, None))
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVar(UserFunctionVar(attr), self.self_var)
                 if attr is object.__init__ or attr is torch.nn.Module.__init__:
                     raise Unsupported("calling super().__init__ inside the captured function")
                 if klass in (dict, list, tuple) and hasattr(self.self_var, "builtin_view"):
                     return self.self_var.builtin_view(tx).getattr(tx, name)
-                return wrap(tx, attr, None)
+                return tx.wrap(attr, None)
         raise ObservedException(AttributeError, f"'super' object has no attribute {name!r}")

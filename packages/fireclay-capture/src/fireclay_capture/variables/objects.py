@@ -16,23 +16,21 @@ import torch
 
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.sources import AttrSource, module_member
-from fireclay_capture.variables.base import ConstVar, Var, const, note_mutation
+from fireclay_capture.variables.base import ConstVar, Var, const
 from fireclay_capture.variables.containers import DictVar, TupleVar
 from fireclay_capture.variables.functions import PartialVar, UserFunctionVar, UserMethodVar
 
 
 def _class_attribute(tx, owner_var: Var, obj_type: type, name: str, source) -> Var | None:
     """Look ``name`` up on the class the way the instance would; None if it is not there."""
-    from fireclay_capture.variables.builder import wrap
-
     try:
         attr = inspect.getattr_static(obj_type, name)
     except AttributeError:
         return None
     if isinstance(attr, staticmethod):
-        return wrap(tx, attr.__func__, None)
+        return tx.wrap(attr.__func__, None)
     if isinstance(attr, classmethod):
-        return UserMethodVar(wrap(tx, attr.__func__, None), ClassVar(obj_type))
+        return UserMethodVar(tx.wrap(attr.__func__, None), ClassVar(obj_type))
     if isinstance(attr, property):
         if attr.fget is None:
             raise Unsupported(f"property {name!r} has no getter")
@@ -41,7 +39,7 @@ def _class_attribute(tx, owner_var: Var, obj_type: type, name: str, source) -> V
         return UserMethodVar(UserFunctionVar(attr), owner_var)
     if hasattr(attr, "__get__") and not isinstance(attr, (int, float, str, tuple, type)):
         raise Unsupported(f"descriptor {name!r} of {obj_type.__name__}")
-    return wrap(tx, attr, source)
+    return tx.wrap(attr, source)
 
 
 def _hooks_of(module: torch.nn.Module) -> bool:
@@ -76,15 +74,13 @@ class ModuleVar(Var):
         return f"{self.qualname}.{name}" if self.qualname else name
 
     def getattr(self, tx, name):
-        from fireclay_capture.variables.builder import wrap
-
         m = self.module
         src = self.source
         if name == "__class__":
             return ClassVar(type(m))
         if src is None:  # made inside the trace: its plain attributes are constants of the trace
             if name in m.__dict__:
-                return wrap(tx, m.__dict__[name], None)
+                return tx.wrap(m.__dict__[name], None)
             found = _class_attribute(tx, self, type(m), name, None)
             if found is not None:
                 return found
@@ -93,16 +89,16 @@ class ModuleVar(Var):
         if written is not None:
             return written
         if name in m.__dict__:
-            return wrap(tx, m.__dict__[name], AttrSource(src, name))
+            return tx.wrap(m.__dict__[name], AttrSource(src, name))
         if name in m._parameters:
-            return wrap(tx, m._parameters[name], module_member(src, "_parameters", name),
+            return tx.wrap(m._parameters[name], module_member(src, "_parameters", name),
                         weight=("parameter", self._child_name(name)))
         if name in m._buffers:
-            return wrap(tx, m._buffers[name], module_member(src, "_buffers", name),
+            return tx.wrap(m._buffers[name], module_member(src, "_buffers", name),
                         weight=("buffer", self._child_name(name)))
         if name in m._modules:
             child = m._modules[name]
-            return wrap(tx, child, module_member(src, "_modules", name), qualname=self._child_name(name))
+            return tx.wrap(child, module_member(src, "_modules", name), qualname=self._child_name(name))
         if name in _MODULE_ITERATORS and getattr(type(m), name) is getattr(torch.nn.Module, name):
             from fireclay_capture.variables.containers import ContainerMethodVar
 
@@ -202,8 +198,6 @@ class PyModuleVar(Var):
         return types.ModuleType
 
     def getattr(self, tx, name):
-        from fireclay_capture.variables.builder import wrap
-
         try:
             value = getattr(self.module, name)
         except AttributeError:
@@ -211,7 +205,7 @@ class PyModuleVar(Var):
         root = self.module.__name__.split(".")[0]
         # Library modules are assumed not to be monkey-patched mid-run: no guards below them.
         source = None if root in self.TRUSTED else (AttrSource(self.source, name) if self.source else None)
-        return wrap(tx, value, source)
+        return tx.wrap(value, source)
 
     def __repr__(self):
         return f"module {self.module.__name__}"
@@ -234,7 +228,6 @@ class ClassVar(Var):
         return self.cls  # a class is pinned by an identity guard (or by its instance's type guard)
 
     def getattr(self, tx, name):
-        from fireclay_capture.variables.builder import wrap
         from fireclay_capture.variables.library_calls import AutogradFunctionApplyVar, is_function_apply
 
         try:
@@ -244,12 +237,12 @@ class ClassVar(Var):
         if isinstance(attr, classmethod):
             if is_function_apply(getattr(self.cls, name)):
                 return AutogradFunctionApplyVar(self.cls, self)
-            return UserMethodVar(wrap(tx, attr.__func__, None), self)
+            return UserMethodVar(tx.wrap(attr.__func__, None), self)
         if isinstance(attr, staticmethod):
-            return wrap(tx, attr.__func__, None)
+            return tx.wrap(attr.__func__, None)
         if isinstance(attr, types.FunctionType):
             return UserFunctionVar(attr)
-        return wrap(tx, getattr(self.cls, name), AttrSource(self.source, name) if self.source else None)
+        return tx.wrap(getattr(self.cls, name), AttrSource(self.source, name) if self.source else None)
 
     def call(self, tx, args, kwargs):
         cls = self.cls
@@ -342,13 +335,11 @@ class ObjectVar(Var):
         return self.obj
 
     def getattr(self, tx, name):
-        from fireclay_capture.variables.builder import wrap
-
         if name == "__class__":
             return ClassVar(type(self.obj))
         written = tx.read_attr(self.obj, name)
         if written is not None:
-            from fireclay_capture.tracer import DELETED
+            from fireclay_capture.side_effects import DELETED
 
             if written is DELETED:
                 raise ObservedException(AttributeError, f"'{type(self.obj).__name__}' object has no attribute {name!r}")
@@ -358,7 +349,7 @@ class ObjectVar(Var):
             return self._real_attribute(tx, name)
         d = getattr(self.obj, "__dict__", None)
         if d is not None and name in d:
-            return wrap(tx, d[name], AttrSource(self.source, name) if self.source else None)
+            return tx.wrap(d[name], AttrSource(self.source, name) if self.source else None)
         found = _class_attribute(tx, self, type(self.obj), name,
                                  AttrSource(self.source, name) if self.source else None)
         if found is not None:
@@ -374,8 +365,6 @@ class ObjectVar(Var):
         """An attribute the class computes in Python (``__getattribute__``/``__getattr__``, e.g. a
         transformers config's attribute_map aliases): read for real, and guarded through its
         source, which reads it the same way. Methods are still inlined from the class."""
-        from fireclay_capture.variables.builder import wrap
-
         if self.source is None:
             raise Unsupported(f"attribute {name!r} of a {type(self.obj).__name__}, which computes its attributes")
         try:
@@ -386,7 +375,7 @@ class ObjectVar(Var):
             found = _class_attribute(tx, self, type(self.obj), name, None)
             if found is not None:
                 return found
-        return wrap(tx, value, AttrSource(self.source, name))
+        return tx.wrap(value, AttrSource(self.source, name))
 
     def _dunder(self, tx, name: str) -> Var | None:
         fn = inspect.getattr_static(type(self.obj), name, None)
@@ -422,9 +411,7 @@ class ObjectVar(Var):
     def builtin_view(self, tx) -> Var:
         """The object seen as the builtin container it subclasses (for ``super().get(...)`` and
         other C methods): its items wrapped with sources and guarded."""
-        from fireclay_capture.variables.builder import wrap_container
-
-        return wrap_container(tx, self.obj, self.source)
+        return tx.wrap_container(self.obj, self.source)
 
     def __repr__(self):
         return f"ObjectVar({type(self.obj).__name__})"
@@ -490,7 +477,7 @@ class NewObjectVar(Var):
                                                     "(it has __slots__ and no __dict__)")
         if not _is_slot_of(self.cls, name) and _class_descriptor_sets(self.cls, name):
             raise Unsupported(f"setting {name!r} of {self.cls.__qualname__}, a data descriptor of its class")
-        note_mutation()
+        tx.note_mutation()
         self.attrs[name] = value
 
     def __repr__(self):

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from fireclay_capture.errors import ObservedException, Unsupported
-from fireclay_capture.variables.base import ConstVar, Var, is_constant_value, note_mutation
+from fireclay_capture.variables.base import ConstVar, Var, is_constant_value
 from fireclay_capture.variables.containers import DictVar, ListVar, TupleVar
 
 
@@ -50,14 +50,14 @@ class OwnedObjectVar(Var):
         return owned_value(tx, value)
 
     def setattr(self, tx, name: str, value: Var) -> None:
-        note_mutation()
+        tx.note_mutation()
         try:
             setattr(self.obj, name, real_value(value))
         except AttributeError as e:
             raise ObservedException(AttributeError, str(e)) from None
 
     def delattr(self, tx, name: str) -> None:
-        note_mutation()
+        tx.note_mutation()
         try:
             delattr(self.obj, name)
         except AttributeError as e:
@@ -109,8 +109,6 @@ class OwnedObjectVar(Var):
 def owned_value(tx, value: Any) -> Var:
     """A Var for ``value`` read from an owned object: constants and containers by value, objects
     it holds (copies too) as owned objects, anything else as a sourceless value."""
-    from fireclay_capture.variables.builder import wrap
-
     if is_constant_value(value):
         return ConstVar(value)
     if type(value) is list:
@@ -121,7 +119,7 @@ def owned_value(tx, value: Any) -> Var:
         return DictVar({k: owned_value(tx, v) for k, v in value.items()})
     if _plain_object(value):
         return OwnedObjectVar(value)
-    return wrap(tx, value, None)
+    return tx.wrap(value, None)
 
 
 def _plain_object(value: Any) -> bool:

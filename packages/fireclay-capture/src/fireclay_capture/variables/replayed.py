@@ -13,6 +13,7 @@ import logging
 import warnings
 from typing import Any
 
+from fireclay_capture.config import config
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.variables.base import Var, const
 
@@ -35,9 +36,7 @@ def _name(fn: Any) -> str:
 
 
 def record_replayed_call(tx, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
-    from fireclay_capture.side_effects import replay_enabled
-
-    if not replay_enabled():
+    if not config.replay_side_effects:
         raise Unsupported(f"a call to {_name(fn)} (a side effect; replaying side effects is off)")
     values = [_argument(fn, a) for a in [*args, *kwargs.values()]]
     call_args, call_kwargs = tuple(values[:len(args)]), dict(zip(kwargs, values[len(args):]))

@@ -20,7 +20,7 @@ from fireclay_ir import Device, DType, Layout, MemoryFormat, ScalarType, TensorM
 from fireclay_ir.dialects.torch import DENIED
 
 if TYPE_CHECKING:
-    from fireclay_capture.tracer import Tracer
+    from fireclay_capture.trace_state import TraceState
 
 # Tensor methods and properties answered from the fake's metadata (guards pin that metadata).
 METADATA_METHODS = frozenset({
@@ -120,8 +120,13 @@ class TensorMethodVar(Var):
     def __repr__(self):
         return f"Tensor.{self.name} of {self.tensor}"
 
+    def reconstruct(self, specs):
+        if self.source is not None:
+            return specs.output(self)
+        return ("attr", specs.spec_of(self.tensor), self.name)
 
-def tensor_method(tx: Tracer, t: TensorVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+
+def tensor_method(tx: TraceState, t: TensorVar, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if name in DATA_DEPENDENT:
         raise Unsupported(f"Tensor.{name}() needs the tensor's data (data-dependent)")
     if name in METADATA_METHODS:
@@ -289,7 +294,7 @@ def _with_meta_device(fn):
     return run
 
 
-def record_call(tx: Tracer, name: str, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
+def record_call(tx: TraceState, name: str, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Run ``fn`` on fakes and record it as ``torch::<name>``; returns the Var of its result."""
     if name in DENIED:  # the call runs eagerly: a graph must not hold what no document may run
         raise Unsupported(f"{name} is not an op of the torch dialect (it reaches outside tensors)")
@@ -391,17 +396,18 @@ class TorchFnVar(Var):
     def getattr(self, tx, name):
         if isinstance(self.fn, torch._ops.OpOverloadPacket) and not name.startswith("_"):
             from fireclay_capture.sources import AttrSource
-            from fireclay_capture.variables.builder import wrap
-
             try:
                 overload = getattr(self.fn, name)  # torch.ops.aten.add.Tensor
             except AttributeError as e:
                 raise ObservedException(AttributeError, str(e)) from None
-            return wrap(tx, overload, AttrSource(self.source, name) if self.source is not None else None)
+            return tx.wrap(overload, AttrSource(self.source, name) if self.source is not None else None)
         return super().getattr(tx, name)
 
     def __repr__(self):
         return f"TorchFnVar({self.name})"
+
+    def reconstruct(self, specs):
+        return specs.output(self) if self.source is not None else ("const", self.fn)
 
 
 def dict_or_fail(v: Var) -> DictVar:
