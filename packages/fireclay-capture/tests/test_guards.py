@@ -301,3 +301,63 @@ def test_read_after_write_sees_the_written_value():
     x = torch.randn(3)
     torch.testing.assert_close(cf(x, rec), x + 1)
     assert rec.flag is True
+
+
+# -- the reason of a failed guard, in words: one row per guard kind
+
+def _failure(install, L):
+    from fireclay_capture.guards import GuardSet
+
+    guards = GuardSet()
+    install(guards)
+    return guards.compile([]).first_failure(L)
+
+
+def _guard_failures():
+    from fireclay_capture.guards import global_state
+    from fireclay_capture.sources import AttrSource, LocalSource
+
+    x, y, n, m = (LocalSource(name) for name in "xynm")
+    t = torch.randn(2, 3)
+    module = nn.Linear(2, 2)
+    hooked = nn.Linear(2, 2)
+    hooked.register_forward_hook(lambda *a: None)
+    shared = [1]
+    return [
+        ("type", lambda g: g.type_is(n, int), {"n": 2.5}, "L['n']: type expected int, got float"),
+        ("id", lambda g: g.id_is(n, module), {"n": nn.Linear(2, 2)},
+         "L['n']: expected the same object as when captured (Linear("),
+        ("equals", lambda g: g.equals(n, 2), {"n": 3}, "L['n'] == 2 expected, got 3"),
+        ("equals type", lambda g: g.equals(n, 2), {"n": "2"}, "L['n']: type expected int (2), got str"),
+        ("tensor", lambda g: g.tensor(x, t), {"x": t.double()},
+         "L['x']: dtype expected torch.float32, got torch.float64"),
+        ("tensor kind", lambda g: g.tensor(x, t), {"x": 3}, "L['x']: expected a tensor, got int"),
+        ("len", lambda g: g.length(n, list, 2), {"n": [1, 2, 3]}, "len(L['n']) == 2 expected, got 3"),
+        ("dict_keys", lambda g: g.dict_keys(n, dict, ["a"]), {"n": {"b": 1}},
+         "keys of L['n'] expected ['a'], got ['b']"),
+        ("no_hooks", lambda g: g.no_hooks(n), {"n": hooked}, "L['n']: a forward hook was added"),
+        ("not_in", lambda g: g.not_in(AttrSource(n, "__dict__"), "forward"), {"n": _with_forward()},
+         "L['n'].__dict__: 'forward' appeared"),
+        ("same", lambda g: g.same_object(x, y), {"x": [1], "y": [1]},
+         "L['x']: expected the same object as L['y']"),
+        ("distinct", lambda g: g.distinct([x, y]), {"x": shared, "y": shared},
+         "expected different objects at L['x'], L['y']"),
+        ("expr", lambda g: g.expression("L['m'] > 1"), {"m": 0}, "size guard L['m'] > 1"),
+        ("global_state", lambda g: g.global_state(global_state()._replace(grad_mode=not torch.is_grad_enabled())),
+         {}, f"global state: grad_mode expected {not torch.is_grad_enabled()}, got {torch.is_grad_enabled()}"),
+        ("unreadable", lambda g: g.type_is(AttrSource(n, "missing"), int), {"n": object()},
+         "L['n'].missing: could not be read (AttributeError"),
+    ]
+
+
+def _with_forward():
+    obj = nn.Linear(2, 2)
+    obj.forward = lambda x: x
+    return obj
+
+
+@pytest.mark.parametrize("kind", [row[0] for row in _guard_failures()])
+def test_failed_guard_is_described_by_its_kind(kind):
+    [(_, install, L, expected)] = [row for row in _guard_failures() if row[0] == kind]
+    message = _failure(install, L)
+    assert message is not None and message.startswith(expected), message

@@ -322,21 +322,42 @@ def _short(value: Any) -> str:
 
 def describe_failure(g: Guard, L: dict) -> str:
     """A failed guard in words, with the value the call brought where it can be read."""
-    where = _where(g)
-    if g.kind == "grad_mode":
-        return f"grad mode: expected torch.is_grad_enabled() is {g.data}, got {torch.is_grad_enabled()}"
-    if g.kind == "autocast":
-        return f"autocast state changed (expected cpu={g.data[0]}, cuda={g.data[1]})"
-    if g.kind == "expr":
-        return f"size guard {g.data}"
-    try:
-        value = read_source(g.source, L)
-    except Exception as exc:
-        return f"{where}: could not be read ({type(exc).__name__}: {exc})"
-    if g.kind == "tensor":
+    return _FailureText(g).explain(L)
+
+
+class _FailureText:
+    """Why one guard failed, in words: one method per guard kind (``on_<kind>``), given the value
+    the call brought where the guard reads it (None for the guards on the call as a whole)."""
+
+    _ON_THE_CALL = frozenset({"expr", "global_state"})  # guards with no source to read
+
+    def __init__(self, guard: Guard):
+        self.guard, self.where = guard, _where(guard)
+
+    def explain(self, L: dict) -> str:
+        describe = getattr(self, f"on_{self.guard.kind}", self.on_other)
+        if self.guard.kind in self._ON_THE_CALL:
+            return describe(None)
+        try:
+            value = read_source(self.guard.source, L)
+        except Exception as exc:
+            return f"{self.where}: could not be read ({type(exc).__name__}: {exc})"
+        return describe(value)
+
+    def on_expr(self, _: None) -> str:
+        return f"size guard {self.guard.data}"
+
+    def on_global_state(self, _: None) -> str:
+        want, got = self.guard.data, global_state()
+        changed = [f"{name} expected {_short(w)}, got {_short(g)}"
+                   for name, w, g in zip(GlobalState._fields, want, got) if w != g]
+        return "global state: " + ("; ".join(changed) or "changed")
+
+    def on_tensor(self, value: Any) -> str:
+        where = self.where
         if not isinstance(value, torch.Tensor):
             return f"{where}: expected a tensor, got {type(value).__name__}"
-        typ, dtype, device, shape, stride, rg, dyn = g.data
+        typ, dtype, device, shape, stride, rg, dyn = self.guard.data
         actual = (type(value), value.dtype, value.device, tuple(value.shape), value.stride(), value.requires_grad)
         for name, want, got in zip(_TENSOR_FIELDS, (typ, dtype, device, shape, stride, rg), actual):
             if name in ("shape", "stride") and dyn:
@@ -344,22 +365,41 @@ def describe_failure(g: Guard, L: dict) -> str:
             if want != got:
                 return f"{where}: {name} expected {want}, got {got}"
         if dyn:
-            return f"{where}: static sizes of {tuple(shape)} (dynamic dims {sorted(dyn)}) or contiguity changed, got {tuple(value.shape)}"
+            return (f"{where}: static sizes of {tuple(shape)} (dynamic dims {sorted(dyn)}) or contiguity "
+                    f"changed, got {tuple(value.shape)}")
         return f"{where}: tensor guard failed"
-    if g.kind == "type":
-        return f"{where}: type expected {g.data.__name__}, got {type(value).__name__}"
-    if g.kind == "id":
-        return f"{where}: expected the same object as when captured ({_short(g.data)}), got {_short(value)}"
-    if g.kind == "equals":
-        if type(value) is not type(g.data):
-            return f"{where}: type expected {type(g.data).__name__} ({_short(g.data)}), got {type(value).__name__}"
-        return f"{where} == {_short(g.data)} expected, got {_short(value)}"
-    if g.kind == "len":
-        return f"len({where}) == {g.data[1]} expected, got {len(value) if hasattr(value, '__len__') else _short(value)}"
-    if g.kind == "dict_keys":
-        return f"keys of {where} expected {_short(g.data[1])}, got {_short(list(value))}"
-    if g.kind == "no_hooks":
-        return f"{where}: a forward hook was added"
-    if g.kind == "not_in":
-        return f"{where}: {g.data!r} appeared"
-    return f"{where}: {g.kind} guard failed"
+
+    def on_type(self, value: Any) -> str:
+        return f"{self.where}: type expected {self.guard.data.__name__}, got {type(value).__name__}"
+
+    def on_id(self, value: Any) -> str:
+        return f"{self.where}: expected the same object as when captured ({_short(self.guard.data)}), got {_short(value)}"
+
+    def on_equals(self, value: Any) -> str:
+        want = self.guard.data
+        if type(value) is not type(want):
+            return f"{self.where}: type expected {type(want).__name__} ({_short(want)}), got {type(value).__name__}"
+        return f"{self.where} == {_short(want)} expected, got {_short(value)}"
+
+    def on_len(self, value: Any) -> str:
+        got = len(value) if hasattr(value, "__len__") else _short(value)
+        return f"len({self.where}) == {self.guard.data[1]} expected, got {got}"
+
+    def on_dict_keys(self, value: Any) -> str:
+        return f"keys of {self.where} expected {_short(self.guard.data[1])}, got {_short(list(value))}"
+
+    def on_no_hooks(self, value: Any) -> str:
+        return f"{self.where}: a forward hook was added"
+
+    def on_not_in(self, value: Any) -> str:
+        return f"{self.where}: {self.guard.data!r} appeared"
+
+    def on_same(self, value: Any) -> str:
+        return f"{self.where}: expected the same object as {_where(Guard(self.guard.data, 'same'))}"
+
+    def on_distinct(self, value: Any) -> str:
+        names = ", ".join(_where(Guard(s, "distinct")) for s in self.guard.data)
+        return f"expected different objects at {names}, some are the same object"
+
+    def on_other(self, value: Any) -> str:
+        return f"{self.where}: {self.guard.kind} guard failed"
