@@ -11,8 +11,7 @@ as ``decompose`` says) -> ``joint`` (forward, and backward through torch's autog
 backward) -> ``runtime`` (a torch.autograd.Function around the compiled halves).
 """
 
-__version__ = "0.1.0"
-
+from fireclay_autograd.version import __version__
 from fireclay_ir import require_sibling
 
 require_sibling("fireclay-autograd", __version__, "fireclay_ir", "fireclay-ir")

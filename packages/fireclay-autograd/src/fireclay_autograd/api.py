@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from fireclay_autograd import __version__
 from fireclay_autograd.artifacts import InferenceArtifact, TrainingArtifact
 from fireclay_autograd.convert import example_tensors, tensor_meta, torch_dtype
 from fireclay_autograd.executor import run_program
@@ -22,6 +21,7 @@ from fireclay_autograd.joint import TracedGraph, trace_forward, trace_joint
 from fireclay_autograd.layouts import BackwardAtFirstCall
 from fireclay_autograd.partition import Partition, partition
 from fireclay_autograd.runtime import InferenceRuntime, OutputPlan, TrainingRuntime
+from fireclay_autograd.version import __version__
 from fireclay_ir import IRError, Program, Weight, bind_inputs
 from fireclay_ir.stages import in_stage
 

@@ -51,7 +51,7 @@ from fireclay_loops.ir import (  # noqa: E402
     TensorArg,
 )
 from fireclay_loops.kernel import Kernel, KernelNode  # noqa: E402
-from fireclay_loops.lowering.context import lower  # noqa: E402
+from fireclay_loops.lowering.driver import lower  # noqa: E402
 from fireclay_loops.lowering.registry import register_lowering  # noqa: E402
 from fireclay_loops.memory import MemoryPlan  # noqa: E402
 from fireclay_loops.ops import ops, use_handler  # noqa: E402

@@ -58,7 +58,7 @@ class JobSpec:
 def _function(spec: JobSpec) -> Any:
     """The ``@triton.jit`` function ``spec`` names, its module imported from its file once (a
     module the compiling process had already imported when it forked the server is used as is)."""
-    from fireclay_triton.runtime import import_file
+    from fireclay_triton.kernel_modules import import_file
 
     known = next((m for m in list(sys.modules.values()) if getattr(m, "__file__", None) == spec.path), None)
     if known is None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib.util
 import os
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +22,7 @@ from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, next
 from fireclay_triton.background import BackgroundCompile
 from fireclay_triton.config import interpreting
 from fireclay_triton.errors import CodegenError, InputError, TritonBackendError
+from fireclay_triton.kernel_modules import import_file
 from fireclay_triton.precompile import CompileJob, finisher_options, launch_options
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
@@ -104,26 +103,6 @@ def _holds(path: str, source: str) -> bool:
             return f.read() == source.encode()
     except OSError:
         return False
-
-
-def import_file(path: str, name: str, source: str | None = None):
-    """The module of the Python file ``path``, imported as ``name`` once per process. The code run
-    is ``source`` when given (what the caller checked the file holds), else the file's text read
-    once here; never a bytecode cache beside the file, which no one has compared with it."""
-    if name in sys.modules:
-        return sys.modules[name]
-    if source is None:
-        with open(path, encoding="utf-8") as f:
-            source = f.read()
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        exec(compile(source, path, "exec"), module.__dict__)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    return module
 
 
 def time_ms(fn: Callable[[], None], runs: int = 10) -> float:

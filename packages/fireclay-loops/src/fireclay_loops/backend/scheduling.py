@@ -6,7 +6,7 @@ from typing import Any
 
 from fireclay_loops.backend.program import ScheduledProgram
 from fireclay_loops.ir import LoopProgram
-from fireclay_loops.lowering.context import lower
+from fireclay_loops.lowering.driver import lower
 from fireclay_loops.scheduler import schedule
 
 

@@ -16,7 +16,7 @@ from fireclay_ir import iter_values
 from fireclay_loops.config import config
 from fireclay_loops.lowering.context import fallback
 from fireclay_loops.lowering.pointwise import lower_add
-from fireclay_loops.lowering.registry import lowering_for, register_lowering
+from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import TensorValue
 
 # reading these neither computes nor copies: their readers are the ones that count
@@ -29,6 +29,7 @@ _VIEW_TARGETS = frozenset({
 def _kernel_readers_only(graph, value) -> bool:
     """Whether every reader of ``value`` (through views) is an op our kernels compute, and the
     value is no graph output."""
+    from fireclay_loops.lowering.driver import lowering_for
     from fireclay_loops.lowering.extern import EXTERN_OPS
 
     outputs = {id(v) for v in iter_values(graph.outputs)}

@@ -21,27 +21,3 @@ def register_lowering(*targets: str):
         return fn
 
     return deco
-
-
-def lowering_for(target: str) -> Callable | None:
-    _load_tables()
-    return LOWERINGS.get(target)
-
-
-_loaded = False
-
-
-def _load_tables() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    from fireclay_loops.lowering import (  # noqa: F401  (importing registers the rules)
-        extern,
-        indexing,
-        matmul,
-        pointwise,
-        pooling,
-        reductions,
-        views,
-    )

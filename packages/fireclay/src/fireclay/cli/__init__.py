@@ -27,16 +27,10 @@ import os
 import sys
 from collections.abc import Sequence
 
+from fireclay.cli.errors import CLIError, InputSpecError
+
 EXIT_USAGE = 2  # the user can fix it: a file, a spec, an argument
 EXIT_FAILURE = 1  # a stage failed
-
-
-class CLIError(Exception):
-    """A problem the user can fix; printed as one line, exit status 2."""
-
-
-class InputSpecError(ValueError):
-    """A malformed ``--inputs`` item; the message says what is expected."""
 
 
 class _Parser(argparse.ArgumentParser):

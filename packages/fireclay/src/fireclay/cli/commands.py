@@ -9,7 +9,7 @@ import sys
 import time
 
 import fireclay_ir as ir
-from fireclay.cli import CLIError
+from fireclay.cli.errors import CLIError
 from fireclay.cli.inputs import bind_weights, inputs_for, save_tensors, summarize
 
 SUFFIX = ".fcir.json"

@@ -26,7 +26,7 @@ import sys
 from typing import Any
 
 import fireclay_ir as ir
-from fireclay.cli import CLIError
+from fireclay.cli.errors import CLIError
 from fireclay_ir.serde import weights_path
 
 MANIFEST = "fireclay-code.json"

@@ -27,7 +27,7 @@ GENERATORS = ("randn", "rand", "zeros", "ones", "randint")
 SCALARS = ("int", "float", "bool")
 
 
-from fireclay.cli import InputSpecError  # noqa: E402  (defined without torch, for the CLI's errors)
+from fireclay.cli.errors import InputSpecError  # noqa: E402  (defined without torch, for the CLI's errors)
 
 
 def _shape(text: str, spec: str) -> tuple[int, ...]:
