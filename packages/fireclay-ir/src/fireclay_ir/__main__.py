@@ -15,7 +15,7 @@ import importlib.util
 import sys
 from collections.abc import Sequence
 
-from fireclay_ir import FormatError, IRError, VerificationError, format_program, load, verify
+from fireclay_ir import FormatError, IRError, Program, VerificationError, format_program, load, verify
 
 # Dialects registered by other distributions, loaded when a program uses them and they are installed.
 _DIALECT_PACKAGES = {"loops": ("fireclay_loops", "fireclay-loops")}
@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(path: str):
+def _load(path: str) -> Program:
     """Load ``path``; a dialect another installed distribution registers is loaded on demand."""
     try:
         return load(path)
@@ -45,7 +45,7 @@ def _load(path: str):
         raise
 
 
-def _register_dialects(program) -> None:
+def _register_dialects(program: Program) -> None:
     used = {node.dialect for graph in program.graphs.values() for node in graph.nodes}
     for dialect in sorted(used & set(_DIALECT_PACKAGES)):
         module, dist = _DIALECT_PACKAGES[dialect]

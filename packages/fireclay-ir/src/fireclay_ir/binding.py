@@ -20,7 +20,7 @@ def bind_inputs(program: Program, user_values: list[Any], *, error: type[Excepti
         if spec.kind == "user":
             bound.append(next(given))
             continue
-        weight = program.weights.get(spec.target)
+        weight = program.weights.get(spec.target or "")
         if weight is None or weight.data is None:
             raise error(f"input %{v.name} is the {spec.kind} {spec.target!r}, but the program holds no data for it; "
                         f"{hint}")

@@ -48,7 +48,7 @@ class FxConversionError(IRError):
     """An fx graph (or program) uses something the other side cannot express."""
 
 
-def _torch():
+def _torch() -> Any:
     import torch
 
     return torch
@@ -71,16 +71,21 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _tensor_meta(val: Any, device: str) -> TensorMeta:
+    torch = _torch()
+    dev = str(val.device)
+    if dev == "meta":
+        dev = device
+    strides = tuple(_dim(s) for s in val.stride()) if val.layout == torch.strided else None
+    return TensorMeta(_dtype_name(val.dtype), tuple(_dim(s) for s in val.shape), strides,
+                      _dim(val.storage_offset()) if val.layout == torch.strided else 0, dev,
+                      bool(val.requires_grad))
+
+
 def _type_of(val: Any, device: str) -> TensorMeta | ScalarType:
     torch = _torch()
     if isinstance(val, torch.Tensor):
-        dev = str(val.device)
-        if dev == "meta":
-            dev = device
-        strides = tuple(_dim(s) for s in val.stride()) if val.layout == torch.strided else None
-        return TensorMeta(_dtype_name(val.dtype), tuple(_dim(s) for s in val.shape), strides,
-                          _dim(val.storage_offset()) if val.layout == torch.strided else 0, dev,
-                          bool(val.requires_grad))
+        return _tensor_meta(val, device)
     if isinstance(val, (bool, torch.SymBool)):
         return ScalarType("bool")
     if isinstance(val, (int, torch.SymInt)):
@@ -215,7 +220,7 @@ class _FromFx:
         buffers = {id(b) for b in gm.buffers()}
         kind = "parameter" if isinstance(obj, torch.nn.Parameter) else \
             ("buffer" if id(obj) in buffers else "constant")
-        meta = _type_of(obj.detach(), str(obj.device))
+        meta = _tensor_meta(obj.detach(), str(obj.device))
         meta = meta.with_(requires_grad=bool(obj.requires_grad))
         # The tensor itself, not a copy: interpreting the program then trains the same weights.
         self.program.weights[target] = Weight(meta, obj)
@@ -233,7 +238,7 @@ class _FromFx:
         g.set_outputs(outs)
         return GraphRef(name)
 
-    def _inline_module(self, mod: Any, node: Any, ir: dict, metas: dict, graph: Graph, prefix: str):
+    def _inline_module(self, mod: Any, node: Any, ir: dict[Any, Any], metas: dict[Any, Any], graph: Graph, prefix: str) -> Any:
         torch = self.torch
         try:
             sub = mod if isinstance(mod, torch.fx.GraphModule) else torch.fx.symbolic_trace(mod)
@@ -250,13 +255,13 @@ class _FromFx:
         result = outs[0] if len(outs) == 1 else tuple(outs)
         return result, self._meta_of_ir(result, metas)
 
-    def _meta_of_ir(self, result: Any, metas: dict) -> Any:
+    def _meta_of_ir(self, result: Any, metas: dict[Any, Any]) -> Any:
         # Values created while inlining have their meta recorded by id.
         if isinstance(result, tuple):
             return tuple(self._meta_of_ir(r, metas) for r in result)
         return self._value_meta.get(id(result)) if isinstance(result, Value) else result
 
-    def _arg(self, a: Any, env: dict) -> Any:
+    def _arg(self, a: Any, env: dict[Any, Any]) -> Any:
         torch = self.torch
         if isinstance(a, torch.fx.Node):
             if a not in env:
@@ -295,7 +300,7 @@ class _FromFx:
             return SymExpr(str(a))
         raise FxConversionError(f"argument {a!r} of type {type(a).__name__} has no IR form")
 
-    def _op_name(self, node: Any, args: tuple) -> tuple[str, bool]:
+    def _op_name(self, node: Any, args: tuple[Any, ...]) -> tuple[str, bool]:
         """The IR op for an fx call, and whether it is a getitem to resolve statically."""
         torch = self.torch
         from fireclay_ir.dialects.torch import name_of
@@ -325,7 +330,7 @@ class _FromFx:
                                     "fireclay_ir.dialects.register_callable")
         return f"torch::{name}", False
 
-    def _call(self, gm: Any, node: Any, ir: dict, metas: dict, graph: Graph, prefix: str):
+    def _call(self, gm: Any, node: Any, ir: dict[Any, Any], metas: dict[Any, Any], graph: Graph, prefix: str) -> Any:
         args = self._arg(tuple(node.args), ir)
         kwargs = self._arg(dict(node.kwargs), ir)
         public = public_form(node.target) if node.op == "call_function" else None
@@ -457,15 +462,16 @@ class _ToFx:
                         if isinstance(d, str) and d.isidentifier() and d not in sym_nodes:
                             sym_nodes[d] = fx.call_function(torch.ops.aten.sym_size.int, (env[v], i))
             else:
-                weight = self.program.weights.get(spec.target or "")
+                target = spec.target or ""
+                weight = self.program.weights.get(target)
                 if weight is None or weight.data is None:
                     raise FxConversionError(f"input %{v.name} needs weight {spec.target!r}, which the "
                                             "program does not hold")
                 data = weight.data
                 if spec.kind == "parameter":
                     data = torch.nn.Parameter(data, requires_grad=weight.meta.requires_grad)
-                self.attrs[spec.target] = data
-                env[v] = fx.get_attr(spec.target)
+                self.attrs[target] = data
+                env[v] = fx.get_attr(target)
 
         def arg(a: Any) -> Any:
             if isinstance(a, Value):
@@ -513,7 +519,7 @@ class _ToFx:
     def _root(self) -> Any:
         return self.torch.nn.Module()
 
-    def _emit(self, fx: Any, node: Any, args: list, kwargs: dict) -> Any:
+    def _emit(self, fx: Any, node: Any, args: list[Any], kwargs: dict[str, Any]) -> Any:
         torch = self.torch
         from fireclay_ir.dialects import lookup_op
 
@@ -544,7 +550,7 @@ class _ToFx:
         raise FxConversionError(f"{node.op} has no torch.fx form (supported: aten, torch, hop::cond, "
                                 "hop::while_loop, hop::checkpoint)")
 
-    def _bind_outputs(self, fx: Any, node: Any, call: Any, env: dict) -> None:
+    def _bind_outputs(self, fx: Any, node: Any, call: Any, env: dict[Any, Any]) -> None:
         outs = node.outputs
         if not outs:
             return

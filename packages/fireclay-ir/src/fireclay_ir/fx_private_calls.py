@@ -26,7 +26,7 @@ class PublicForm:
     params: tuple[str, ...]  # the private function's parameters, in order (first: the input)
     renamed: dict[str, str] = field(default_factory=dict)  # private parameter -> public keyword
 
-    def arguments(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if len(args) > len(self.params):
             raise ValueError(f"{len(args)} arguments for {self.name}, which takes {len(self.params)}")
         bound = dict(zip(self.params, args))
@@ -71,7 +71,7 @@ def public_form(target: Any) -> PublicForm | None:
     """The public form of ``target`` when it is one of the private C functions above."""
     name = getattr(target, "__name__", None)
     form = _NN_FORMS.get(name) if isinstance(name, str) else None
-    if form is None:
+    if form is None or not isinstance(name, str):
         return None
     nn = importlib.import_module("torch._C._nn")
     return form if getattr(nn, name, None) is target else None

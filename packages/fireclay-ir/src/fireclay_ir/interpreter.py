@@ -48,7 +48,7 @@ _MAX_POW_BITS = 4096
 
 
 def _pow(base: Any, exponent: Any) -> Any:
-    if isinstance(exponent, int) and exponent > 1 and isinstance(base, (int, Fraction)) and abs(base) > 1:
+    if isinstance(exponent, int) and exponent > 1 and isinstance(base, (int, Fraction)) and not -1 <= base <= 1:
         bits = max(int(base.numerator).bit_length(), int(base.denominator).bit_length())
         if bits * exponent > _MAX_POW_BITS:
             raise IRError(f"{base}**{exponent} is too large for a symbolic size (more than {_MAX_POW_BITS} bits)")
@@ -154,7 +154,7 @@ class Interpreter:
         self._targets: dict[str, Any] = {}
 
     # -- public
-    def run(self, *args: Any, graph: str | None = None) -> tuple:
+    def run(self, *args: Any, graph: str | None = None) -> tuple[Any, ...]:
         g = self.program.graphs[graph] if graph is not None else self.program.main
         user = [v for v, s in zip(g.inputs, g.input_specs) if s.kind == "user"]
         if len(args) != len(user):
@@ -168,12 +168,12 @@ class Interpreter:
             return self.run_graph(g, values)
         return self._run_limited(g, values)
 
-    def _run_limited(self, graph: Graph, values: list[Any]) -> tuple:
+    def _run_limited(self, graph: Graph, values: list[Any]) -> tuple[Any, ...]:
         import torch
 
         from fireclay_ir.run_limits import allocation_guard
 
-        limits = self.limits
+        limits = self._run_limits
         grad_mode = torch.is_grad_enabled()  # a program may switch it; the caller's comes back
         try:
             with allocation_guard(lambda: limits.max_bytes - self.held_bytes):
@@ -181,7 +181,7 @@ class Interpreter:
         finally:
             torch.set_grad_enabled(grad_mode)
 
-    def run_graph(self, graph: Graph, inputs: list[Any], bindings: dict[str, Any] | None = None) -> tuple:
+    def run_graph(self, graph: Graph, inputs: list[Any], bindings: dict[str, Any] | None = None) -> tuple[Any, ...]:
         """Run ``graph`` on ``inputs`` (one per graph input, weights included); ``bindings``
         are symbol values known already (a sub-graph sees its caller's)."""
         env: dict[Value, Any] = {}
@@ -221,18 +221,24 @@ class Interpreter:
             self.held_bytes -= sum(held.values())
 
     # -- limits (only with RunLimits)
+    @property
+    def _run_limits(self) -> RunLimits:
+        if self.limits is None:  # pragma: no cover - the checks below run only with limits
+            raise AssertionError("the interpreter runs without limits")
+        return self.limits
+
     def _step(self, what: str) -> None:
         self.steps += 1
-        if self.steps > self.limits.max_steps:
-            raise RunLimitError(f"the run took more than {self.limits.max_steps} steps (nodes and graphs "
+        if self.steps > self._run_limits.max_steps:
+            raise RunLimitError(f"the run took more than {self._run_limits.max_steps} steps (nodes and graphs "
                                 f"entered) and was stopped at {what}; raise RunLimits.max_steps to run it")
 
     def _hold(self, held: dict[Value, int], v: Value, x: Any, what: str) -> None:
         from fireclay_ir.run_limits import value_bytes
 
         size = value_bytes(x)
-        if self.held_bytes + size > self.limits.max_bytes:
-            raise RunLimitError(f"{what} holds {size} bytes, and the run may hold {self.limits.max_bytes} "
+        if self.held_bytes + size > self._run_limits.max_bytes:
+            raise RunLimitError(f"{what} holds {size} bytes, and the run may hold {self._run_limits.max_bytes} "
                                 f"bytes at once ({self.held_bytes} already held); raise RunLimits.max_bytes "
                                 "to run it")
         held[v] = held.get(v, 0) + size
@@ -246,9 +252,9 @@ class Interpreter:
             if isinstance(v.type, TensorMeta):
                 shape = declared_shape(v.type, symbols)
                 if shape is not None:
-                    self.limits.check_tensor(shape, v.type.dtype, f"%{v.name} = {node.op}(...)", self.held_bytes)
+                    self._run_limits.check_tensor(shape, v.type.dtype, f"%{v.name} = {node.op}(...)", self.held_bytes)
 
-    def call_op(self, node: Node, args: list, kwargs: dict, symbols: dict[str, Any]) -> Any:
+    def call_op(self, node: Node, args: list[Any], kwargs: dict[str, Any], symbols: dict[str, Any]) -> Any:
         """Execute one node's op on materialized arguments."""
         dialect = node.dialect
         if dialect == "hop":
@@ -386,19 +392,19 @@ def _truth(pred: Any) -> bool:
     return bool(pred.item()) if hasattr(pred, "item") else bool(pred)
 
 
-def _bound(node: Node, args: list, kwargs: dict) -> dict[str, Any]:
+def _bound(node: Node, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     from fireclay_ir.dialects.hop import bind_arguments
 
     return bind_arguments(node.target, args, kwargs)
 
 
-def _run_cond(interp: Interpreter, node: Node, args: list, kwargs: dict, symbols: dict) -> Any:
+def _run_cond(interp: Interpreter, node: Node, args: list[Any], kwargs: dict[str, Any], symbols: dict[str, Any]) -> Any:
     b = _bound(node, args, kwargs)
     branch = b["true_graph"] if _truth(b["pred"]) else b["false_graph"]
     return interp.run_graph(_subgraph(interp, branch), list(b["operands"]), symbols)
 
 
-def _run_while(interp: Interpreter, node: Node, args: list, kwargs: dict, symbols: dict) -> Any:
+def _run_while(interp: Interpreter, node: Node, args: list[Any], kwargs: dict[str, Any], symbols: dict[str, Any]) -> Any:
     b = _bound(node, args, kwargs)
     cond, body = _subgraph(interp, b["cond_graph"]), _subgraph(interp, b["body_graph"])
     carried, extra = list(b["carried"]), list(b["additional"])
@@ -407,7 +413,7 @@ def _run_while(interp: Interpreter, node: Node, args: list, kwargs: dict, symbol
     return tuple(carried)
 
 
-def _run_checkpoint(interp: Interpreter, node: Node, args: list, kwargs: dict, symbols: dict) -> Any:
+def _run_checkpoint(interp: Interpreter, node: Node, args: list[Any], kwargs: dict[str, Any], symbols: dict[str, Any]) -> Any:
     b = _bound(node, args, kwargs)
     return interp.run_graph(_subgraph(interp, b["body"]), list(b["operands"]), symbols)
 
@@ -415,7 +421,7 @@ def _run_checkpoint(interp: Interpreter, node: Node, args: list, kwargs: dict, s
 _HOP_RULES = {"cond": _run_cond, "while_loop": _run_while, "checkpoint": _run_checkpoint}
 
 
-def interpret(program: Program, *args: Any, graph: str | None = None, limits: RunLimits | None = None) -> tuple:
+def interpret(program: Program, *args: Any, graph: str | None = None, limits: RunLimits | None = None) -> tuple[Any, ...]:
     """Run ``program``'s entry graph (or ``graph``) on ``args``; returns the outputs as a tuple.
 
     Pass ``limits`` (a :class:`~fireclay_ir.run_limits.RunLimits`) for a program from a source you

@@ -39,12 +39,13 @@ Stages may add their own keys under a ``"<stage>."`` prefix (``"autograd.saved"`
 
 from __future__ import annotations
 
+import dataclasses
 import keyword
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 FORMAT_VERSION: tuple[int, int] = (1, 0)
 
@@ -125,13 +126,7 @@ class TensorMeta:
 
     def with_(self, **changes: Any) -> TensorMeta:
         """A copy with some fields replaced."""
-        fields = {
-            "dtype": self.dtype, "shape": self.shape, "strides": self.strides,
-            "storage_offset": self.storage_offset, "device": self.device,
-            "requires_grad": self.requires_grad,
-        }
-        fields.update(changes)
-        return TensorMeta(**fields)
+        return dataclasses.replace(self, **changes)
 
 
 @dataclass(frozen=True)
@@ -163,34 +158,44 @@ class SymExpr:
             raise IRError(f"symbolic expression must be a non-empty string, got {self.expr!r}")
 
 
-def _enum_atom(kind: str, allowed: tuple[str, ...] | None):
-    @dataclass(frozen=True)
-    class Atom:
-        name: str
+@dataclass(frozen=True)
+class _NamedAtom:
+    """A name from a closed set (``_allowed``), or a device name when the set is None."""
 
-        def __post_init__(self) -> None:
-            if allowed is not None and self.name not in allowed:
-                raise IRError(f"unknown {kind} {self.name!r}; expected one of {', '.join(allowed)}")
-            if allowed is None and (not isinstance(self.name, str) or not _DEVICE.match(self.name)):
-                raise IRError(f"malformed {kind} {self.name!r}")
+    name: str
+    _kind: ClassVar[str] = ""
+    _allowed: ClassVar[tuple[str, ...] | None] = None
 
-    return Atom
+    def __post_init__(self) -> None:
+        allowed = self._allowed
+        if allowed is not None and self.name not in allowed:
+            raise IRError(f"unknown {self._kind} {self.name!r}; expected one of {', '.join(allowed)}")
+        if allowed is None and (not isinstance(self.name, str) or not _DEVICE.match(self.name)):
+            raise IRError(f"malformed {self._kind} {self.name!r}")
 
 
-class DType(_enum_atom("dtype", DTYPES)):
+class DType(_NamedAtom):
     """A torch dtype by name (``DType("float32")``)."""
 
+    _kind, _allowed = "dtype", DTYPES
 
-class Device(_enum_atom("device", None)):
+
+class Device(_NamedAtom):
     """A torch device by name (``Device("cuda:0")``)."""
 
+    _kind, _allowed = "device", None
 
-class Layout(_enum_atom("layout", LAYOUTS)):
+
+class Layout(_NamedAtom):
     """A torch layout by name (``Layout("strided")``)."""
 
+    _kind, _allowed = "layout", LAYOUTS
 
-class MemoryFormat(_enum_atom("memory format", MEMORY_FORMATS)):
+
+class MemoryFormat(_NamedAtom):
     """A torch memory format by name (``MemoryFormat("channels_last")``)."""
+
+    _kind, _allowed = "memory format", MEMORY_FORMATS
 
 
 @dataclass(frozen=True)
@@ -267,7 +272,7 @@ def iter_values(arg: Any) -> Iterator[Value]:
             yield from iter_values(a)
 
 
-def map_values(arg: Any, fn) -> Any:
+def map_values(arg: Any, fn: Callable[[Value], Any]) -> Any:
     """Rebuild an argument with every Value replaced by ``fn(value)``."""
     if isinstance(arg, Value):
         return fn(arg)
@@ -287,7 +292,7 @@ class Node:
 
     __slots__ = ("op", "args", "kwargs", "outputs", "meta", "graph", "__weakref__")
 
-    def __init__(self, op: str, args: tuple, kwargs: dict[str, Any], meta: dict[str, Any] | None = None):
+    def __init__(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], meta: dict[str, Any] | None = None):
         if not isinstance(op, str) or not _OP_NAME.match(op):
             raise IRError(f"malformed op name {op!r}; expected 'dialect::name'")
         self.op = op
@@ -385,12 +390,12 @@ class Graph:
         out: ValueType | Sequence[ValueType] | None = None,
         name: str | None = None,
         meta: dict[str, Any] | None = None,
-    ):
+    ) -> Any:
         """Add a node and return its output Value (``out`` a type), a tuple of Values (``out``
         a list of types) or ``()`` (``out`` None or empty)."""
         node = Node(op, tuple(args), dict(kwargs or {}), meta)
         single = isinstance(out, (TensorMeta, ScalarType))
-        types = [out] if single else list(out or [])
+        types: list[ValueType] = [out] if isinstance(out, (TensorMeta, ScalarType)) else list(out or [])
         for i, t in enumerate(types):
             _check_type(t)
             hint = name if (name and len(types) == 1) else (f"{name}_{i}" if name else None)
@@ -427,7 +432,7 @@ class Graph:
         return self.insert(copy)
 
     @contextmanager
-    def inserting_before(self, anchor: Node | None):
+    def inserting_before(self, anchor: Node | None) -> Iterator[None]:
         """Within the block, new nodes go before ``anchor`` (``None``: at the end)."""
         saved = self._insert_at
         self._insert_at = None if anchor is None else self.nodes.index(anchor)
@@ -437,7 +442,7 @@ class Graph:
             self._insert_at = saved
 
     @contextmanager
-    def inserting_after(self, anchor: Node):
+    def inserting_after(self, anchor: Node) -> Iterator[None]:
         saved = self._insert_at
         self._insert_at = self.nodes.index(anchor) + 1
         try:

@@ -50,7 +50,7 @@ MAX_HEADER_WIDTH = 100
 def contiguous_strides(shape: tuple[Any, ...]) -> list[Any]:
     """Row-major strides of ``shape``; symbolic factors multiply as ``a*b`` strings."""
     strides: list[Any] = []
-    acc_int, acc_syms = 1, []
+    acc_int, acc_syms = 1, list[str]()
     for d in reversed(shape):
         factors = ([str(acc_int)] if acc_int != 1 else []) + acc_syms
         if not acc_syms:
@@ -69,7 +69,7 @@ def contiguous_strides(shape: tuple[Any, ...]) -> list[Any]:
 def _same_dim(a: Any, b: Any) -> bool:
     if isinstance(a, str) and isinstance(b, str):
         return a.replace(" ", "") == b.replace(" ", "")
-    return a == b
+    return bool(a == b)
 
 
 def _is_contiguous(meta: TensorMeta) -> bool:
@@ -87,7 +87,7 @@ def format_type(t: TensorMeta | ScalarType) -> str:
     text = f"{DTYPE_ABBREVIATIONS.get(t.dtype, t.dtype)}[{', '.join(str(d) for d in t.shape)}]"
     extras = []
     if not _is_contiguous(t):
-        extras.append(f"strides={_tuple_text([str(s) for s in t.strides])}")
+        extras.append(f"strides={_tuple_text([str(s) for s in t.strides or ()])}")
     if t.storage_offset != 0:
         extras.append(f"offset={t.storage_offset}")
     if t.device != "cpu":
@@ -181,7 +181,7 @@ def graph_lines(graph: Graph) -> list[str]:
     last = None
     for node in graph.nodes:
         key = _source_key(node.source)
-        if key is not None and key != last:
+        if key is not None and key != last and node.source is not None:
             lines.append(INDENT + _source_comment(node.source))
         last = key
         lines.append(INDENT + format_node(node))

@@ -93,8 +93,8 @@ def allocation_guard(room: Any) -> Any:
     def to_meta(x: Any) -> Any:
         return x.to("meta") if isinstance(x, torch.Tensor) and x.device.type != "meta" else x
 
-    class AllocationGuard(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    class AllocationGuard(TorchDispatchMode):  # type: ignore[misc]  # torch is untyped here
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
             if all(r.alias_info is not None for r in func._schema.returns):
                 return func(*args, **kwargs)  # views and in-place ops allocate nothing

@@ -12,6 +12,7 @@ Tensors are ``RawTensor`` (dtype name as in fireclay-ir, shape, bytes); conversi
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -19,7 +20,7 @@ import stat
 import struct
 import sys
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 from fireclay_ir.files import write_atomic
 from fireclay_ir.serde.limits import DEFAULT_LIMITS, FormatError, Limits, describe
@@ -61,7 +62,7 @@ def _check_little_endian() -> None:
         raise FormatError("", "weights files are little-endian; reading them on a big-endian host is not supported")
 
 
-def write_safetensors(path: str | os.PathLike, tensors: dict[str, RawTensor],
+def write_safetensors(path: str | os.PathLike[str], tensors: dict[str, RawTensor],
                       metadata: dict[str, str] | None = None) -> None:
     """Write ``tensors`` (in name order) to ``path`` atomically (a temporary file, then rename)."""
     _check_little_endian()
@@ -83,7 +84,7 @@ def write_safetensors(path: str | os.PathLike, tensors: dict[str, RawTensor],
     write_atomic(path, chunks, shared=True)
 
 
-def open_regular_file(path: str | os.PathLike, what: str) -> tuple[BinaryIO, int]:
+def open_regular_file(path: str | os.PathLike[str], what: str) -> tuple[io.BufferedReader, int]:
     """``path`` opened for reading, with its size; a FormatError unless it is a regular file.
 
     A FIFO would block the reader forever and a device (``/dev/zero``) would never end, so both
@@ -105,14 +106,14 @@ def open_regular_file(path: str | os.PathLike, what: str) -> tuple[BinaryIO, int
         raise
 
 
-def _read_exact(f: BinaryIO, n: int, what: str) -> bytes:
+def _read_exact(f: io.BufferedReader, n: int, what: str) -> bytes:
     data = f.read(n)
     if len(data) != n:
         raise FormatError("", f"the weights file ends early: {what} needs {n} bytes, found {len(data)}")
     return data
 
 
-def read_safetensors(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS
+def read_safetensors(path: str | os.PathLike[str], limits: Limits = DEFAULT_LIMITS
                      ) -> tuple[dict[str, RawTensor], dict[str, str]]:
     """Read a safetensors file into RawTensors and its ``__metadata__``; any defect is a FormatError
     naming the tensor."""

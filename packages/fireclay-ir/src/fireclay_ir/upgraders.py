@@ -39,7 +39,7 @@ class UpgraderRegistry:
     def __init__(self) -> None:
         self._steps: dict[int, Upgrader] = {}
 
-    def register(self, from_major: int, fn: Upgrader | None = None):
+    def register(self, from_major: int, fn: Upgrader | None = None) -> Any:
         """Register ``fn`` as the upgrader from ``from_major`` to ``from_major + 1``; usable as a
         decorator (``@registry.register(1)``)."""
 

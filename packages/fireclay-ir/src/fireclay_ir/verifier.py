@@ -12,6 +12,7 @@ Stages call :func:`check_boundary` when they hand a program on; it verifies only
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fireclay_ir.config import config
@@ -79,7 +80,7 @@ def _fail(graph: Graph, node: Node | None, message: str) -> VerificationError:
     return VerificationError(f"{message}\n  in {where}", None, graph)
 
 
-def _verify_graph(program: Program, graph: Graph, get_dialect) -> None:
+def _verify_graph(program: Program, graph: Graph, get_dialect: Callable[[str], Any]) -> None:
     defined: set[int] = set()
     names: set[str] = set()
 
@@ -137,7 +138,7 @@ def _verify_graph(program: Program, graph: Graph, get_dialect) -> None:
             raise _fail(graph, None, f"graph output %{v.name} is not defined in graph {graph.name!r}")
 
 
-def _values_in(args: Any, kwargs: Any):
+def _values_in(args: Any, kwargs: Any) -> Iterator[Value]:
     from fireclay_ir.model import iter_values
 
     yield from iter_values(args)
@@ -145,7 +146,7 @@ def _values_in(args: Any, kwargs: Any):
         yield from iter_values(kwargs)
 
 
-def _graph_refs(arg: Any):
+def _graph_refs(arg: Any) -> Iterator[GraphRef]:
     if isinstance(arg, GraphRef):
         yield arg
     elif isinstance(arg, (list, tuple)):

@@ -52,7 +52,7 @@ CALL_OPS = {
 _WRITES = {"store", "store_reduction", "kernel", "extern"}
 
 
-def _verify_loops_node(node, program) -> list[str]:
+def _verify_loops_node(node: Any, program: Any) -> list[str]:
     """Problems with one ``loops::`` node (the dialect's own verifier rules)."""
     kw = node.kwargs
     if node.target == "kernel":
@@ -83,7 +83,7 @@ def register() -> None:
         return
 
     class LoopsDialect(Dialect):
-        def verify_node(self, node, op, program) -> list[str]:
+        def verify_node(self, node: Any, op: Any, program: Any) -> list[str]:
             return _verify_loops_node(node, program)
 
     d = LoopsDialect("loops", DIALECT_VERSION)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 ITEMSIZE = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
@@ -37,7 +40,7 @@ def promote_types(a: str, b: str) -> str:
     return max(a, b, key=_RANK.index)
 
 
-def scalar_dtype(value) -> str:
+def scalar_dtype(value: Any) -> str:
     """The dtype a Python scalar takes part in promotion with (torch's default float dtype)."""
     if isinstance(value, bool):
         return "bool"
@@ -57,7 +60,7 @@ def _combine(higher: str | None, lower: str | None) -> str | None:
     return higher
 
 
-def result_type(tensors: list[tuple[str, int]], scalars: list = ()) -> str:
+def result_type(tensors: list[tuple[str, int]], scalars: Sequence[Any] = ()) -> str:
     """Torch's result type of an op over tensors ``(dtype, rank)`` and Python scalars:
     dimensioned tensors decide, zero-dim tensors and then scalars only lift the result to a
     higher category (bool < integer < floating)."""

@@ -23,6 +23,7 @@ Computed buffers are contiguous, or channels-last around 2-D convolutions
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,7 +69,7 @@ class Buffer:
 
 
 @functools.lru_cache(maxsize=4096)
-def _storage_numel(size: tuple, stride: tuple, offset: sympy.Expr) -> sympy.Expr:
+def _storage_numel(size: Sequence[Any], stride: Sequence[Any], offset: sympy.Expr) -> sympy.Expr:
     # Asked for every buffer by every pass that weighs memory; buffers share few layouts.
     extent = offset + 1
     for s, st in zip(size, stride):
@@ -81,15 +82,15 @@ class TensorArg:
     """A strided view of a buffer, as an extern call receives it (no copy)."""
 
     buffer: str
-    size: tuple
-    stride: tuple
+    size: tuple[Any, ...]
+    stride: tuple[Any, ...]
     offset: Any = sympy.Integer(0)
 
 
 class LoopNode:
     kind: str = ""
 
-    def __init__(self, name: str, meta: dict | None = None):
+    def __init__(self, name: str, meta: dict[str, Any] | None = None):
         self.name = name
         self.meta: dict[str, Any] = dict(meta or {})
 
@@ -118,7 +119,7 @@ class InputBufferNode(LoopNode):
 class ComputeNode(LoopNode):
     """A pointwise or reduction node: one loop nest running ``body``."""
 
-    def __init__(self, name: str, body: LoopBody, meta: dict | None = None):
+    def __init__(self, name: str, body: LoopBody, meta: dict[str, Any] | None = None):
         super().__init__(name, meta)
         self.body = body
         self.kind = "reduction" if body.is_reduction else "pointwise"
@@ -138,8 +139,8 @@ class ExternNode(LoopNode):
     is given when some results are undefined (None) and get no buffer, as the input gradient of
     ``convolution_backward`` with ``output_mask=[False, True, True]``."""
 
-    def __init__(self, name: str, op: str, args: tuple, kwargs: dict, outputs: list[str],
-                 kind: str = "extern", meta: dict | None = None, positions: list[int] | None = None):
+    def __init__(self, name: str, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], outputs: list[str],
+                 kind: str = "extern", meta: dict[str, Any] | None = None, positions: list[int] | None = None):
         super().__init__(name, meta)
         self.op = op
         self.args = args

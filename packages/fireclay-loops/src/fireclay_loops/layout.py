@@ -29,7 +29,7 @@ inference was faster with it, mostly the convolutions.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
@@ -61,10 +61,10 @@ CONVOLUTIONS = frozenset({"aten::convolution.default", "aten::convolution_backwa
 def channels_last_strides(size: Sequence[Any]) -> list[sympy.Expr]:
     """Strides of a dense NCHW-indexed tensor stored as NHWC: ``[H*W*C, 1, W*C, C]``."""
     n, c, h, w = (exprs.as_expr(s) for s in size)
-    return [h * w * c, sympy.Integer(1), w * c, c]
+    return [sympy.Mul(h, w, c), sympy.Integer(1), sympy.Mul(w, c), c]
 
 
-def _same(size, a, b) -> bool:
+def _same(size: Sequence[Any], a: Sequence[Any], b: Sequence[Any]) -> bool:
     return all(exprs.equal(x, y) or exprs.equal(n, 1) for n, x, y in zip(size, a, b))
 
 
@@ -87,23 +87,23 @@ def can_be_channels_last(size: Sequence[Any]) -> bool:
     return not (exprs.equal(size[1], 1) or (exprs.equal(size[2], 1) and exprs.equal(size[3], 1)))
 
 
-def is_2d_convolution(op: str, args: Sequence[Any], rank_of) -> bool:
+def is_2d_convolution(op: str, args: Sequence[Any], rank_of: Callable[[Any], int | None]) -> bool:
     """Whether an aten call is a convolution over 4-D activations; ``rank_of(arg)`` gives a
     tensor argument's rank (None for non-tensors)."""
     if op not in CONVOLUTIONS or not args:
         return False
     first = args[1] if op == "aten::convolution_backward.default" else args[0]
-    return rank_of(first) == 4
+    return bool(rank_of(first) == 4)
 
 
-def uses_channels_last(graph, device_types: Sequence[str]) -> bool:
+def uses_channels_last(graph: Any, device_types: Sequence[str]) -> bool:
     """Whether an aten graph should keep activations channels-last: it has a 2-D convolution on
     a device type listed in ``device_types`` (``config.channels_last``)."""
     if not device_types:
         return False
     from fireclay_ir import Value
 
-    def rank_of(a):
+    def rank_of(a: Any) -> int | None:
         return len(a.meta.shape) if isinstance(a, Value) and a.is_tensor else None
 
     for node in graph.nodes:

@@ -35,6 +35,7 @@ Vocabulary (the closed set; :data:`OPS` is the table):
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -72,7 +73,7 @@ def current_handler() -> Any:
 
 
 @contextmanager
-def use_handler(handler: Any):
+def use_handler(handler: Any) -> Iterator[Any]:
     """Route ``ops.*`` calls to ``handler`` inside the block."""
     stack = getattr(_state, "stack", None)
     if stack is None:
@@ -87,11 +88,11 @@ def use_handler(handler: Any):
 class _Ops:
     """``ops.name(...)`` forwards to the current handler's ``name`` method."""
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Callable[..., Any]:
         if name not in _OPS_SET:
             raise AttributeError(f"ops.{name} is not in the loop-body vocabulary")
 
-        def call(*args, **kwargs):
+        def call(*args: Any, **kwargs: Any) -> Any:
             return getattr(current_handler(), name)(*args, **kwargs)
 
         call.__name__ = name

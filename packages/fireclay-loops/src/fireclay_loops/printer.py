@@ -7,6 +7,7 @@ variables; each node is headed by the aten ops it came from.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import sympy
@@ -20,17 +21,18 @@ from fireclay_loops.ir import (
     ExternNode,
     InputBufferNode,
     LoopProgram,
+    OutputBufferNode,
     TensorArg,
 )
 from fireclay_loops.kernel import Kernel
 
 
-def natural(names) -> list[str]:
+def natural(names: Iterable[str]) -> list[str]:
     """Names in human order: buf2 before buf10."""
     return sorted(names, key=lambda n: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n)])
 
 
-def _dims(ds) -> str:
+def _dims(ds: Iterable[Any]) -> str:
     return ", ".join(exprs.to_str(d) for d in ds)
 
 
@@ -45,7 +47,7 @@ def format_buffer(b: Buffer) -> str:
     return text
 
 
-def _arg(a: Any, subs: dict | None) -> str:
+def _arg(a: Any, subs: dict[Any, Any] | None) -> str:
     if isinstance(a, BodyValue):
         return repr(a)
     if isinstance(a, sympy.Basic):
@@ -55,7 +57,7 @@ def _arg(a: Any, subs: dict | None) -> str:
     return repr(a)
 
 
-def format_body(body: LoopBody, subs: dict | None = None, indent: str = "  ") -> list[str]:
+def format_body(body: LoopBody, subs: dict[Any, Any] | None = None, indent: str = "  ") -> list[str]:
     lines = []
     for k, op in enumerate(body.ops):
         args = op.args
@@ -67,7 +69,7 @@ def format_body(body: LoopBody, subs: dict | None = None, indent: str = "  ") ->
     return lines
 
 
-def _origin(node) -> str:
+def _origin(node: Any) -> str:
     origins = node.meta.get("origins") or []
     return f"  # {'; '.join(origins)}" if origins else ""
 
@@ -82,7 +84,7 @@ def _extern_args(args: Any) -> str:
         if isinstance(a, sympy.Basic):
             return exprs.to_str(a)
         if hasattr(a, "name") and type(a).__name__ in ("DType", "Device", "Layout", "MemoryFormat"):
-            return a.name
+            return str(a.name)
         return repr(a)
 
     return ", ".join(one(a) for a in args)
@@ -110,12 +112,14 @@ def format_loop_program(p: LoopProgram) -> str:
             lines += format_body(b)
         elif isinstance(n, ExternNode):
             lines.append(f"{n.name}: {format_extern(n)}")
-        else:
+        elif isinstance(n, OutputBufferNode):
             lines.append(f"return {_outputs(n.outputs)}")
+        else:  # pragma: no cover - the node kinds are closed
+            raise AssertionError(n)
     return "\n".join(lines)
 
 
-def _outputs(outs: list) -> str:
+def _outputs(outs: list[Any]) -> str:
     return "(" + ", ".join(repr(o.value) if isinstance(o, Constant) else o for o in outs) + ")"
 
 
@@ -131,7 +135,7 @@ def format_kernel(k: Kernel) -> list[str]:
     return lines
 
 
-def format_schedule(s) -> str:
+def format_schedule(s: Any) -> str:
     prog = s.program
     plan = s.plan
     lines = ["buffers:"]

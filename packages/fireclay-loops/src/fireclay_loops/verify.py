@@ -4,13 +4,15 @@ prints the offending kernel or call in the same text the user sees."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fireclay_loops import exprs
 from fireclay_loops.errors import SchedulingError
 from fireclay_loops.ir import ExternNode
 from fireclay_loops.kernel import Kernel
 
 
-def _fail(step, message: str) -> SchedulingError:
+def _fail(step: Any, message: str) -> SchedulingError:
     from fireclay_loops.printer import format_extern, format_kernel
 
     if isinstance(step, Kernel):
@@ -54,7 +56,7 @@ def _check_kernel(k: Kernel, available: set[str], internal: dict[str, str]) -> N
             raise _fail(k, f"{buf} is listed as internal but no node of the kernel writes it")
 
 
-def verify_schedule(scheduled) -> None:
+def verify_schedule(scheduled: Any) -> None:
     """Raise :class:`SchedulingError` for the first broken rule."""
     prog, plan = scheduled.program, scheduled.plan
     available = set(prog.inputs)

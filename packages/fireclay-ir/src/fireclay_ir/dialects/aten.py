@@ -36,7 +36,9 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
     """Split at ``sep`` outside brackets and quotes."""
-    parts, depth, quote, cur = [], 0, None, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth, quote = 0, None
     for ch in text:
         if quote:
             quote = None if ch == quote else quote
@@ -154,7 +156,8 @@ def _top_level_eq(text: str) -> int:
 @cache
 def _data() -> dict[str, Any]:
     text = resources.files("fireclay_ir.dialects").joinpath("data", DATA_FILE).read_text("utf-8")
-    return json.loads(text)
+    data: dict[str, Any] = json.loads(text)
+    return data
 
 
 def core_ops() -> tuple[str, ...]:
@@ -277,10 +280,10 @@ _SCALAR_KIND_OK = {
 
 
 def _describe(arg: Any) -> str:
-    from fireclay_ir.model import Value
+    from fireclay_ir.model import TensorMeta, Value
 
     if isinstance(arg, Value):
-        return f"%{arg.name} ({'tensor' if arg.is_tensor else arg.type.kind + ' scalar'})"
+        return f"%{arg.name} ({'tensor' if isinstance(arg.type, TensorMeta) else arg.type.kind + ' scalar'})"
     return f"{type(arg).__name__} {arg!r}"
 
 
@@ -297,11 +300,11 @@ def _accepts(type_: str, arg: Any) -> bool:
         # int[2] takes one int that torch broadcasts; a scalar Value of a list is opaque.
         if size and elem in ("int", "SymInt") and _accepts(elem, arg):
             return True
-        return isinstance(arg, m.Value) and not arg.is_tensor and arg.type.kind == "opaque"
+        return isinstance(arg, m.Value) and isinstance(arg.type, m.ScalarType) and arg.type.kind == "opaque"
     if isinstance(arg, m.Value):
         if type_ == "Tensor":
             return arg.is_tensor
-        if arg.is_tensor:
+        if isinstance(arg.type, m.TensorMeta):
             # A 0-dim tensor may stand for a Scalar (torch wraps numbers so).
             return type_ == "Scalar" and arg.type.rank == 0
         kinds = _SCALAR_KIND_OK.get(type_)
@@ -331,7 +334,7 @@ def _accepts(type_: str, arg: Any) -> bool:
     return True
 
 
-def check_call(op: OpDef, args: tuple, kwargs: dict[str, Any]) -> list[str]:
+def check_call(op: OpDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[str]:
     """Problems binding ``args``/``kwargs`` to ``op``'s schema."""
     if op.arguments is None:
         return []
@@ -455,7 +458,7 @@ class AtenDialect(Dialect):
 
 def _data_version_lazy() -> int:
     # Reading the data file for the version is cheap and keeps one source of truth.
-    return _data()["version"]
+    return int(_data()["version"])
 
 
 def _from_torch(name: str) -> OpDef | None:

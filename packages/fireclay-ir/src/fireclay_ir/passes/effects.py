@@ -8,10 +8,13 @@ pure when every op in its sub-graphs is.
 
 from __future__ import annotations
 
-from fireclay_ir.model import GraphRef, IRError, Node, Program
+from collections.abc import Iterator
+from typing import Any
+
+from fireclay_ir.model import Graph, GraphRef, IRError, Node, Program
 
 
-def _opdef(node: Node):
+def _opdef(node: Node) -> Any:
     from fireclay_ir.dialects import lookup_op
 
     try:
@@ -49,8 +52,8 @@ def is_pure(node: Node, program: Program | None = None) -> bool:
     return True
 
 
-def _subgraphs(node: Node, program: Program):
-    def walk(a):
+def _subgraphs(node: Node, program: Program) -> list[Graph]:
+    def walk(a: Any) -> Iterator[Graph]:
         if isinstance(a, GraphRef):
             if a.name in program.graphs:
                 yield program.graphs[a.name]

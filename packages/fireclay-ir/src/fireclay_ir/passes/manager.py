@@ -41,7 +41,7 @@ def _atom_key(a: Any, ids: dict[int, int]) -> Any:
     return (type(a).__name__, repr(a))
 
 
-def fingerprint(program: Program) -> tuple:
+def fingerprint(program: Program) -> tuple[Any, ...]:
     """A hashable summary of the program's structure: equal before and after a pass iff the
     pass changed no graph, node, argument, type, output or meta."""
     ids: dict[int, int] = {}

@@ -62,7 +62,7 @@ def _match_arg(p: Any, a: Any, m: Match, pattern_inputs: set[int]) -> bool:
                     (type(bound) is type(a) and bound == a)
             m.bindings[p.name] = a
             return True
-        if not isinstance(a, Value) or a.node is None or a.index != p.index:
+        if not isinstance(a, Value) or a.node is None or p.node is None or a.index != p.index:
             return False
         return _match_node(p.node, a.node, m, pattern_inputs)
     if isinstance(p, (list, tuple)):
@@ -126,7 +126,7 @@ def _apply(pattern: Pattern, m: Match) -> None:
     graph.replace_all_uses(m.output, new)
 
 
-def copy_graph_into(graph: Graph, body: Graph, inputs: list[Any], meta: dict | None = None,
+def copy_graph_into(graph: Graph, body: Graph, inputs: list[Any], meta: dict[str, Any] | None = None,
                     retype: Callable[[Any], Any] | None = None) -> list[Any]:
     """Copy ``body``'s nodes into ``graph`` at its insertion point, its inputs bound to
     ``inputs``; returns what ``body`` returns, in ``graph``'s values. Nodes without a source

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fireclay_ir.model import Graph, InputSpec, IRError, Program, Value, iter_values, map_values
+from fireclay_ir.model import Graph, InputSpec, IRError, Node, Program, Value, iter_values, map_values
 from fireclay_ir.passes.basic import prune_unused_graphs
 
 
@@ -127,7 +127,7 @@ def split_program(program: Program, boundaries: Sequence[int]) -> SplitProgram:
                         outputs=map_values(graph.outputs, lambda v: _Name(v.name)))
 
 
-def _piece(program: Program, graph: Graph, nodes: list, reads: list[Value], gives: list[Value],
+def _piece(program: Program, graph: Graph, nodes: list[Node], reads: list[Value], gives: list[Value],
            specs: dict[Value, InputSpec], name: str) -> ProgramPiece:
     sub = Graph(graph.name)
     env: dict[Value, Value] = {}

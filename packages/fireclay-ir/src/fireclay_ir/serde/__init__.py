@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any
+from typing import Any, cast
 
 from fireclay_ir.files import write_atomic
 from fireclay_ir.model import Program, TensorMeta
@@ -65,7 +65,7 @@ def loads(
     return program
 
 
-def weights_path(path: str | os.PathLike) -> str:
+def weights_path(path: str | os.PathLike[str]) -> str:
     """Where the weights of the document at ``path`` live: ``x.fcir.json`` -> ``x.fcir.safetensors``."""
     p = os.fspath(path)
     return (p[: -len(".json")] if p.endswith(".json") else p) + ".safetensors"
@@ -90,13 +90,13 @@ def _weight_bytes(name: str, meta: TensorMeta, data: Any) -> RawTensor:
         return raw
     if isinstance(data, (bytes, bytearray, memoryview)):
         try:
-            return RawTensor(meta.dtype, tuple(meta.shape), bytes(data))
+            return RawTensor(meta.dtype, cast(tuple[int, ...], tuple(meta.shape)), bytes(data))
         except FormatError as exc:
             raise FormatError(where, exc.problem) from None
     raise FormatError(where, f"weight data must be a torch.Tensor or bytes, got {type(data).__name__}")
 
 
-def save(program: Program, path: str | os.PathLike, *, limits: Limits = DEFAULT_LIMITS) -> None:
+def save(program: Program, path: str | os.PathLike[str], *, limits: Limits = DEFAULT_LIMITS) -> None:
     """Write ``program`` to ``path`` (``x.fcir.json``) and its weight data to ``x.fcir.safetensors``.
 
     A stale weights file from an earlier save is removed when no weight holds data now.
@@ -121,7 +121,7 @@ def _convert(raw: RawTensor, meta: TensorMeta, as_: str) -> Any:
 
 
 def load(
-    path: str | os.PathLike,
+    path: str | os.PathLike[str],
     *,
     weights: str = "auto",
     limits: Limits = DEFAULT_LIMITS,

@@ -26,7 +26,7 @@ class FormatError(IRError):
         self.problem = problem
         super().__init__(f"{where}: {problem}" if where else problem)
 
-    def __reduce__(self):  # keep both parts when the error is copied or sent to another process
+    def __reduce__(self) -> tuple[type[FormatError], tuple[str, str]]:  # keep both parts when the error is copied or sent to another process
         return (type(self), (self.where, self.problem))
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fireclay_ir.model import (
     FORMAT_VERSION,
@@ -44,6 +45,10 @@ from fireclay_ir.serde.limits import (
 )
 from fireclay_ir.serde.writer import FORMAT_NAME
 from fireclay_ir.upgraders import UPGRADERS, UpgraderRegistry, parse_version
+
+_Made = TypeVar("_Made")
+# A check of one op name (``check(op, where)``), raising FormatError for an op it rejects.
+OpCheck = Callable[[str, str], None]
 
 _INNERMOST = re.compile(r"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
 _STRING_ONLY = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -80,7 +85,7 @@ def parse_json(text: str, limits: Limits) -> Any:
         out = dict(pairs)
         if len(out) != len(pairs):
             seen: set[str] = set()
-            twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+            twice = next(k for k, _ in pairs if k in seen or _add(seen, k))
             raise FormatError("", f"the key {twice!r} appears twice in one object")
         return out
 
@@ -219,7 +224,7 @@ class _Reader:
         return meta
 
     @staticmethod
-    def model(where: str, make, *args: Any):
+    def model(where: str, make: Callable[..., _Made], *args: Any) -> _Made:
         """``make(*args)`` for a model class, turning its own validation error into a FormatError here."""
         try:
             return make(*args)
@@ -301,7 +306,7 @@ class _Reader:
             raise FormatError(where, f"the value name %{name} is defined twice in this graph")
         return name
 
-    def graph(self, name: str, x: Any, where: str, check_op) -> Graph:
+    def graph(self, name: str, x: Any, where: str, check_op: OpCheck) -> Graph:
         d = self.obj(x, where, ("inputs", "nodes", "outputs", "meta"))
         g = self.model(where, Graph, name)
         scope: dict[str, Value] = {}
@@ -363,7 +368,7 @@ class _Reader:
         return x
 
     def node_meta(self, x: Any, where: str) -> dict[str, Any]:
-        meta = self.plain(self.obj_any(x, where), where)
+        meta: dict[str, Any] = self.plain(self.obj_any(x, where), where)
         if "source" in meta:
             self.source(meta["source"], f"{where}.source")
         if "stack" in meta:
@@ -383,7 +388,7 @@ class _Reader:
         if "text" in s:
             self.str_(s["text"], f"{where}.text", "the source text")
 
-    def program(self, doc: dict[str, Any], version: tuple[int, int], check_op) -> Program:
+    def program(self, doc: dict[str, Any], version: tuple[int, int], check_op: OpCheck) -> Program:
         fields = ("format", "format_version", "producer", "dialects", "entry", "graphs", "symbols", "guards",
                   "weights", "metadata")
         self.obj(doc, "", fields)
@@ -444,11 +449,17 @@ class _Reader:
                        metadata=metadata, producer=prod, dialects=dialects, format_version=version)
 
 
+def _add(seen: set[str], key: str) -> bool:
+    """Add ``key`` to ``seen``; False, so that it reads as "not seen before" in a condition."""
+    seen.add(key)
+    return False
+
+
 def _no_op_check(op: str, where: str) -> None:
     return None
 
 
-def registry_op_check():
+def registry_op_check() -> OpCheck:
     """The op check against the dialect registries, or a syntax-only check while fireclay-ir is
     installed without them."""
     try:

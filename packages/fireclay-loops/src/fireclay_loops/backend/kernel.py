@@ -22,6 +22,7 @@ nodes grouped in stages (one reduction loop each) and each node's flat reduction
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,7 +128,7 @@ class KernelEmitter:
         self.checks.append(CheckSite(op=op, site=site))
         return len(self.checks) - 1
 
-    def cached(self, key: Any, make) -> Value:
+    def cached(self, key: Any, make: Callable[[], Value]) -> Value:
         """The value computed for ``key`` already, else ``make()``, remembered: the nodes of a
         fused kernel repeat loads and math (a GELU and its gradient both take erf of the same
         input)."""
@@ -182,13 +183,17 @@ class KernelOps:
     def __init__(self, emitter: KernelEmitter):
         self.emitter = emitter
 
+    def store(self, buf: str, index: Any, value: Value) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no ops.store")
+
     def store_reduction(self, buf: str, index: Any, value: Value) -> None:
         return self.store(buf, index, value)
 
     def reduction(self, dtype: str, src_dtype: str, reduction_type: str, value: Value) -> Value:
         if reduction_type not in REDUCTION_TYPES:
             raise ValueError(f"unknown reduction kind {reduction_type!r}; known: {', '.join(REDUCTION_TYPES)}")
-        return getattr(self, f"reduce_{reduction_type}")(dtype=dtype, src_dtype=src_dtype, value=value)
+        reduce: Callable[..., Value] = getattr(self, f"reduce_{reduction_type}")
+        return reduce(dtype=dtype, src_dtype=src_dtype, value=value)
 
     def accumulate(self, kind: str, *, dtype: str, src_dtype: str, value: Value) -> Value:
         """A reduction of ``kind`` of ``value`` over the kernel's reduction variables."""
@@ -238,7 +243,7 @@ class KernelOps:
         raise NotImplementedError(f"{type(self).__name__} has no ops.{name}")
 
 
-def _unary_op(name: str):
+def _unary_op(name: str) -> Callable[[KernelOps, Value], Value]:
     def op(self: KernelOps, a: Value) -> Value:
         return self.unary(name, a)
 
@@ -246,7 +251,7 @@ def _unary_op(name: str):
     return op
 
 
-def _binary_op(name: str):
+def _binary_op(name: str) -> Callable[[KernelOps, Value, Value], Value]:
     def op(self: KernelOps, a: Value, b: Value) -> Value:
         return self.binary(name, a, b)
 

@@ -4,6 +4,7 @@ report: kernels, bytes moved, and the scheduler's decisions."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fireclay_loops.ir import ExternNode, LoopProgram
 from fireclay_loops.kernel import Kernel
@@ -19,7 +20,7 @@ class ScheduledProgram:
     program: LoopProgram
     steps: list[Kernel | ExternNode]
     plan: MemoryPlan
-    decisions: list
+    decisions: list[Any]
 
     @property
     def kernels(self) -> list[Kernel]:

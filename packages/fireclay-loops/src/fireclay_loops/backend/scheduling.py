@@ -20,10 +20,10 @@ def to_scheduled(program: Any, **schedule_options: Any) -> ScheduledProgram:
     if _is_loops_dialect(program):
         from fireclay_loops.dialect import from_program
 
-        return from_program(program)
-    if isinstance(program, LoopProgram):
-        return schedule(program, **schedule_options)
-    return schedule(lower(program), **schedule_options)
+        scheduled: ScheduledProgram = from_program(program)
+        return scheduled
+    scheduled = schedule(program if isinstance(program, LoopProgram) else lower(program), **schedule_options)
+    return scheduled
 
 
 def _is_loops_dialect(program: Any) -> bool:

@@ -8,7 +8,7 @@ scheduled program alone is here. Imports no torch.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sympy
@@ -22,7 +22,7 @@ def py_expr(e: Any) -> str:
     return python_code(sympy.sympify(e))
 
 
-def py_shape(items) -> str:
+def py_shape(items: Sequence[Any]) -> str:
     """Python text of a shape or stride tuple."""
     inner = ", ".join(py_expr(x) for x in items)
     return f"({inner},)" if len(items) == 1 else f"({inner})"

@@ -32,7 +32,7 @@ from fireclay_loops.lowering.registry import LOWERINGS
 from fireclay_loops.lowering.values import BufferValue, GeneratedValue, TensorValue
 
 
-def lowering_for(target: str) -> Callable | None:
+def lowering_for(target: str) -> Callable[..., Any] | None:
     """The rule that lowers ``aten::<target>``, or None (the op becomes a fallback node)."""
     return LOWERINGS.get(target)
 

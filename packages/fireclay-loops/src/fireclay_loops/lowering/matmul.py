@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 
 from fireclay_ir import iter_values
 from fireclay_loops.config import config
-from fireclay_loops.lowering.context import fallback
+from fireclay_loops.lowering.context import LoweringContext, fallback
 from fireclay_loops.lowering.pointwise import lower_add
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import TensorValue
@@ -26,7 +26,7 @@ _VIEW_TARGETS = frozenset({
 })
 
 
-def _kernel_readers_only(graph, value) -> bool:
+def _kernel_readers_only(graph: Any, value: Any) -> bool:
     """Whether every reader of ``value`` (through views) is an op our kernels compute, and the
     value is no graph output."""
     from fireclay_loops.lowering.driver import lowering_for
@@ -51,7 +51,7 @@ def _kernel_readers_only(graph, value) -> bool:
     return True
 
 
-def unfuse_bias(ctx, bias) -> bool:
+def unfuse_bias(ctx: LoweringContext, bias: TensorValue) -> bool:
     """Whether this ``addmm`` lowers to ``mm`` plus a fused bias: its device type is in config
     ``unfuse_addmm_bias`` (CUDA by default), the bias is broadcast along rows, and only our
     kernels read the result."""
@@ -67,12 +67,13 @@ class _Call(NamedTuple):
     """An aten call for :func:`fallback` other than the node being lowered (its outputs' types)."""
 
     op: str
-    args: tuple
+    args: tuple[Any, ...]
     kwargs: dict[str, Any]
 
 
 @register_lowering("addmm.default")
-def lower_addmm(ctx, bias, x, w, beta=1, alpha=1):
+def lower_addmm(ctx: LoweringContext, bias: TensorValue, x: TensorValue, w: TensorValue, beta: Any = 1,
+                alpha: Any = 1) -> Any:
     if beta != 1 or alpha != 1 or not unfuse_bias(ctx, bias):
         return fallback(ctx, kind="extern")
     node = ctx.node

@@ -8,12 +8,15 @@ fallback nodes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-LOWERINGS: dict[str, Callable] = {}
+# A lowering: ``rule(ctx, *args, **kwargs)`` -> a TensorValue or a tuple of them.
+Lowering = Callable[..., Any]
+LOWERINGS: dict[str, Lowering] = {}
 
 
-def register_lowering(*targets: str):
-    def deco(fn: Callable) -> Callable:
+def register_lowering(*targets: str) -> Callable[[Lowering], Lowering]:
+    def deco(fn: Lowering) -> Lowering:
         for t in targets:
             if t in LOWERINGS:
                 raise ValueError(f"aten::{t} already has a lowering ({LOWERINGS[t].__name__})")
