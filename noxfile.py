@@ -140,9 +140,14 @@ def capture_py313(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the whole repository (configured in ruff.toml)."""
-    _install(session, "ruff")
+    """ruff over the whole repository (ruff.toml), the import-cycle check of every package
+    (scripts/import_cycles.py: no cycle over 3 files) and the type checker (mypy.ini: strict on
+    fireclay-ir and fireclay-loops, mypy's defaults elsewhere)."""
+    _install(session, "ruff", "mypy")
     session.run("ruff", "check", str(ROOT))
+    session.run("python", str(ROOT / "scripts" / "import_cycles.py"))
+    session.chdir(ROOT)  # mypy.ini names the packages' source folders from the repository root
+    session.run("mypy", "--config-file", str(ROOT / "mypy.ini"))
 
 
 @nox.session

@@ -90,6 +90,7 @@ def capture(fn_or_module=None, *, backend="eager", fullgraph: bool = False, dyna
 class CapturedFunction(CaptureWrapper):
     def __init__(self, target: Any, backend, fullgraph: bool, dynamic: bool | None):
         self.module: torch.nn.Module | None = None
+        self.fn: Any  # the Python function that runs: a module's forward, a method's function
         self._bound_self: Any = None
         self._target = target
         if isinstance(target, torch.nn.Module):
@@ -197,11 +198,11 @@ class CapturedFunction(CaptureWrapper):
                 entry = self._capture(L)
             self.cache.entries.append(entry)
             if entry.compiled is not None:
-                inputs = entry.guards(L)
-                if inputs is None:  # pragma: no cover - a trace must accept the call it was made from
+                fresh_inputs = entry.guards(L)
+                if fresh_inputs is None:  # pragma: no cover - a trace must accept the call it was made from
                     raise AssertionError(f"fresh guards rejected their own inputs:\n{entry.guards.source}")
                 # The first call compiles the program (backends compile lazily), so it runs paused too.
-                return entry.run(inputs, L)
+                return entry.run(fresh_inputs, L)
         return run_eagerly()
 
     def _capture_told(self, L: dict) -> CacheEntry:

@@ -10,6 +10,7 @@ import inspect
 import math
 import operator
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -65,7 +66,7 @@ def apply_operator(tx, fn: Any, args: list[Var]) -> Var:
 
 def _structural(tx, fn, args: list[Var]) -> Var:
     a = args[0]
-    b = args[1] if len(args) > 1 else None
+    b: Any = args[1] if len(args) > 1 else None  # every binary rule below has one
     if fn in (operator.is_, operator.is_not):
         same = a.identity() is b.identity()
         return const(same if fn is operator.is_ else not same)
@@ -443,7 +444,7 @@ def _print(tx, *args, **kwargs):
 
 _PURE_MATH = {getattr(math, n) for n in dir(math) if callable(getattr(math, n)) and not n.startswith("_")}
 
-BUILTIN_RULES = {
+BUILTIN_RULES: dict[Any, Callable[..., Var]] = {
     builtins.len: _len,
     builtins.isinstance: _isinstance,
     builtins.getattr: _getattr,

@@ -43,12 +43,13 @@ class CondVar(Var):
             return chosen.call(tx, list(operands), {})
         if not isinstance(pred, TensorVar) or pred.fake.numel() != 1:
             raise Unsupported("cond() needs a bool or a one-element tensor as its predicate")
-        if not all(isinstance(o, TensorVar) for o in operands):
+        tensors = [o for o in operands if isinstance(o, TensorVar)]
+        if len(tensors) != len(operands):
             raise Unsupported("cond() operands must be tensors")
         n_subgraphs = len(tx.subgraphs)
         try:
-            true_graph, true_out, true_seq = _branch(tx, "true", true_fn, operands)
-            false_graph, false_out, false_seq = _branch(tx, "false", false_fn, operands)
+            true_graph, true_out, true_seq = _branch(tx, "true", true_fn, tensors)
+            false_graph, false_out, false_seq = _branch(tx, "false", false_fn, tensors)
         except Unsupported:
             del tx.subgraphs[n_subgraphs:]  # a graph break drops the half-made branches
             raise
@@ -59,7 +60,7 @@ class CondVar(Var):
         if [(m.dtype, m.shape) for m in true_metas] != [(m.dtype, m.shape) for m in false_metas]:
             raise Unsupported("cond() branches return tensors of different shapes or dtypes")
         results = tx.graph.call("hop::cond", [pred.value, GraphRef(true_graph.name), GraphRef(false_graph.name),
-                                              [o.value for o in operands]], {}, out=true_metas,
+                                              [o.value for o in tensors]], {}, out=true_metas,
                                 meta=tx.node_meta())
         outs = [TensorVar(value, v.fake, v.device) for value, v in zip(results, true_out)]
         return TupleVar(outs) if true_seq else outs[0]
@@ -69,7 +70,7 @@ def _branch(tx, which: str, fn: Var, operands: list[TensorVar]) -> tuple[Graph, 
     """Trace one branch into its own graph; its inputs stand for the operands."""
     outer = tx.graph
     graph = Graph(f"cond_{which}_{len(tx.subgraphs)}")
-    inner_operands = []
+    inner_operands: list[Var] = []
     for i, o in enumerate(operands):
         value = graph.add_input(f"operand{i}", meta_of(o.fake, o.device))
         inner_operands.append(TensorVar(value, o.fake, o.device))
@@ -84,7 +85,7 @@ def _branch(tx, which: str, fn: Var, operands: list[TensorVar]) -> tuple[Graph, 
     if isinstance(result, TensorVar):
         outs, is_sequence = [result], False
     elif isinstance(result, (TupleVar, ListVar)) and all(isinstance(i, TensorVar) for i in result.items):
-        outs, is_sequence = list(result.items), True
+        outs, is_sequence = [i for i in result.items if isinstance(i, TensorVar)], True
     else:
         raise Unsupported("a cond() branch must return a tensor or a tuple of tensors")
     own = set(map(id, graph.inputs)) | {id(v) for n in graph.nodes for v in n.outputs}

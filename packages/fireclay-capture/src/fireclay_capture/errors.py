@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class Unsupported(Exception):
     """The symbolic interpreter met something it cannot trace.
@@ -16,7 +18,7 @@ class Unsupported(Exception):
         self.reason = reason
         self.location: dict | None = None  # {"file", "line", "text"} of the user's code
         self.stack: list[dict] = []  # outer call sites, outermost first
-        self.frame = None  # the innermost interpreter Frame, stopped at the failing instruction
+        self.frame: Any = None  # the innermost interpreter Frame, stopped at the failing instruction
 
 
 class NeedsFakeTensors(Unsupported):

@@ -98,7 +98,11 @@ def explain(fn, **capture_options):
         start = time.perf_counter()
         result = captured(*args, **kwargs)
         seconds = time.perf_counter() - start
-        graphs, reasons, ops, guards, eager = [], [], [], [], []
+        graphs: list[Any] = []
+        reasons: list[Any] = []
+        ops: list[Any] = []
+        guards: list[Any] = []
+        eager: list[Any] = []
         for cf in _all_functions(captured):
             for entry in cf.cache.entries:
                 if entry.program is not None:

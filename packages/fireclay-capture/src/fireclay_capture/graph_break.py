@@ -244,7 +244,8 @@ def _realize(spec: Any, results, L: dict, made: dict) -> Any:
                 for k, s in spec[2]:
                     object.__setattr__(obj, k, _realize(s, results, L, made))
             elif kind == "seq":
-                made[key] = items = []
+                items: list[Any] = []
+                made[key] = items
                 items.extend(_realize(s, results, L, made) for s in spec[2])
             else:
                 made[key] = spec[1]((k, _realize(s, results, L, made)) for k, s in spec[2])

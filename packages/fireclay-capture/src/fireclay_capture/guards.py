@@ -195,7 +195,8 @@ class CompiledGuards:
                 text = source.expr(consts)
             else:
                 # Re-express this step on the base's local name, then bind it to a local.
-                text = type(source).expr(_Rebased(source, ref(base)), consts)
+                rebased: Any = _Rebased(source, ref(base))  # read like a source by its expr()
+                text = type(source).expr(rebased, consts)
             name = f"v{len(names)}"
             names[source] = name
             lines.append(f"{name} = {text}")
@@ -210,6 +211,8 @@ class CompiledGuards:
             if g.kind == "global_state":
                 lines.append(f"if ___global_state() != {const(tuple(g.data), 'state')}: return None")
                 continue
+            if g.source is None:  # pragma: no cover - only expr and global_state guards have none
+                raise AssertionError(f"a {g.kind} guard without a source")
             v = ref(g.source)
             if g.kind == "type":
                 lines.append(f"if type({v}) is not {const(g.data)}: return None")
@@ -291,7 +294,8 @@ class _Rebased:
     """A stand-in source whose base prints as an already-bound local name."""
 
     def __init__(self, source: Source, base_name: str):
-        self.__dict__.update({k: getattr(source, k) for k in source.__dataclass_fields__})
+        fields = source.__dataclass_fields__  # type: ignore[attr-defined]  # every concrete source is a dataclass
+        self.__dict__.update({k: getattr(source, k) for k in fields})
         self.base = _Named(base_name)
 
 
@@ -336,10 +340,11 @@ class _FailureText:
 
     def explain(self, L: dict) -> str:
         describe = getattr(self, f"on_{self.guard.kind}", self.on_other)
-        if self.guard.kind in self._ON_THE_CALL:
+        source = self.guard.source
+        if self.guard.kind in self._ON_THE_CALL or source is None:
             return describe(None)
         try:
-            value = read_source(self.guard.source, L)
+            value = read_source(source, L)
         except Exception as exc:
             return f"{self.where}: could not be read ({type(exc).__name__}: {exc})"
         return describe(value)

@@ -46,7 +46,7 @@ def _table(code: types.CodeType) -> dict[int, frozenset[str]] | None:
         _TABLES[code] = None
         return None
     index = {inst.offset: k for k, inst in enumerate(insts)}
-    handlers = [(e.start, e.end, e.target) for e in dis.Bytecode(code).exception_entries]
+    handlers = [(e.start, e.end, e.target) for e in dis.Bytecode(code).exception_entries]  # type: ignore[attr-defined]  # 3.11+, missing from the stubs
     succs: list[list[int]] = []
     for k, inst in enumerate(insts):
         out = []
@@ -62,11 +62,11 @@ def _table(code: types.CodeType) -> dict[int, frozenset[str]] | None:
     while changed:
         changed = False
         for k in range(len(insts) - 1, -1, -1):
-            out: set[str] = set()
+            live_out: set[str] = set()
             for s in succs[k]:
-                out |= live_in[s]
+                live_out |= live_in[s]
             uses, defs = effects[k]
-            new = frozenset(out.difference(defs).union(uses))
+            new = frozenset(live_out.difference(defs).union(uses))
             if new != live_in[k]:
                 live_in[k] = new
                 changed = True

@@ -58,7 +58,7 @@ def output_spec(graph: Graph, var: Var, shapes=None, memo: dict | None = None) -
             return ("source", v.source)  # the caller's own list or dict, changes replayed on it
         if isinstance(v, ListVar):
             if id(v) not in objects:
-                items = []
+                items: list[Any] = []
                 objects[id(v)] = ("seq", list, items)
                 items.extend(walk(i) for i in v.items)
             return objects[id(v)]
@@ -74,9 +74,9 @@ def output_spec(graph: Graph, var: Var, shapes=None, memo: dict | None = None) -
             return ("model_output", v.cls, [(k, walk(x)) for k, x in v.fields.items()])
         if isinstance(v, NewObjectVar):
             if id(v) not in objects:
-                items: list = []
-                objects[id(v)] = ("object", v.cls, items)
-                items.extend((k, walk(x)) for k, x in v.attrs.items())
+                fields: list[Any] = []
+                objects[id(v)] = ("object", v.cls, fields)
+                fields.extend((k, walk(x)) for k, x in v.attrs.items())
             return objects[id(v)]
         if v.source is not None:
             return ("source", v.source)
@@ -107,7 +107,8 @@ def rebuild(spec: Any, results, L: dict, made: dict | None = None) -> Any:
         if cls is list:
             # a list reached twice comes out as one list (filled after it is registered)
             if id(spec) not in made:
-                made[id(spec)] = values = []
+                values: list[Any] = []
+                made[id(spec)] = values
                 values.extend(rebuild(s, results, L, made) for s in items)
             return made[id(spec)]
         values = [rebuild(s, results, L, made) for s in items]
@@ -175,6 +176,8 @@ def replay_of(effects: SideEffects, spec_of: Callable[[Any], Any]) -> Replay | N
             replay.ops.append(("global", g, name, value(v)))
         else:
             var = effects.containers[key[1]]
+            if var.source is None:  # pragma: no cover - only containers with a source are recorded
+                raise AssertionError(var)
             if isinstance(var, ListVar):
                 keep.append(ListVar(var.items))
                 replay.ops.append(("list", target(var.source), value(keep[-1])))

@@ -38,7 +38,7 @@ def enclosing_handlers(code: types.CodeType, offset: int) -> list[str]:
     insts = list(dis.get_instructions(code))
     by_offset = {inst.offset: i for i, inst in enumerate(insts)}
     kinds = []
-    for e in dis.Bytecode(code).exception_entries:
+    for e in dis.Bytecode(code).exception_entries:  # type: ignore[attr-defined]  # 3.11+, missing from the stubs
         if e.start <= offset < e.end:
             handler = insts[by_offset[e.target]:by_offset[e.target] + 3]
             kinds.append("with" if any(i.opname == "WITH_EXCEPT_START" for i in handler) else "try")
@@ -88,7 +88,7 @@ def _build(code, offset, layout, local_names, trampoline: tuple | None = None) -
     # The prologue jumps past the TryBegin of the region it enters, so a flow analysis would not
     # find each handler's stack depth: take it from the original exception table.
     begins = [x for x in original if isinstance(x, TryBegin)]
-    entries = sorted(dis.Bytecode(code).exception_entries, key=lambda e: e.start)
+    entries = sorted(dis.Bytecode(code).exception_entries, key=lambda e: e.start)  # type: ignore[attr-defined]  # 3.11+, missing from the stubs
     if len(begins) != len(entries):
         raise Unsupported("the bytecode package reads this function's exception table differently from dis")
     for begin, entry in zip(begins, entries):
@@ -118,7 +118,7 @@ def _build(code, offset, layout, local_names, trampoline: tuple | None = None) -
     for x in items[prefix_end:]:
         if x is target:
             body.append(start)
-        if x is broken:
+        if x is broken and trampoline is not None:
             body.extend(_break_and_leave(x, trampoline, epilogue, line))
         else:
             body.append(x)

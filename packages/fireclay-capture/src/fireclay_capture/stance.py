@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fireclay_capture.config import config
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 STANCES: dict[str, str] = {
     "default": "capture and compile as usual",
@@ -42,7 +44,7 @@ class set_stance(contextlib.ContextDecorator):  # noqa: N801  (named as torch.co
         self._saved: list[str] = []
         config.stance = self.stance
 
-    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def __call__(self, fn: _F) -> _F:
         # As a decorator the stance applies only while fn runs: undo the call's setting.
         if self._before_call is not None:
             config.stance, self._before_call = self._before_call, None

@@ -132,7 +132,7 @@ class Tracer:
     def _dynamic_dims_of(self, value: torch.Tensor, source: Source, weight) -> dict[int, tuple]:
         if weight is not None or source_text(source) is None:
             return {}
-        dims = {d: (None, None) for d in self.dynamic_dims.get(source, ())}
+        dims: dict[int, tuple[Any, Any]] = {d: (None, None) for d in self.dynamic_dims.get(source, ())}
         if self.dynamic_all:
             dims.update({d: (None, None) for d in range(value.dim())})
         dims.update(marked_dims(value))
@@ -180,7 +180,7 @@ class Tracer:
         torch.set_grad_enabled(enabled)
 
     # -- calls
-    def inline_call(self, fn: Var, args: list[Var], kwargs: dict[str, Var]) -> Var:
+    def inline_call(self, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:  # fn: a function Var
         from fireclay_capture.interpreter.frame import Frame, bind_arguments
 
         if len(self.frames) >= config.max_inline_depth:
@@ -206,7 +206,7 @@ class Tracer:
         frame is seen through every other that shares the cell)."""
         known = self._cells.get(id(cell))
         if known is not None:
-            if known.source != source:
+            if known.source is not None and known.source != source:
                 self.guards.same_object(source, known.source)
             return known
         var = CellVar(real_cell=cell, source=source)

@@ -31,7 +31,7 @@ class BodyValue:
 @dataclass
 class BodyOp:
     name: str
-    args: tuple
+    args: tuple[Any, ...]
     dtype: str | None  # None for stores
 
 
@@ -52,7 +52,7 @@ class LoopBody:
     def is_reduction(self) -> bool:
         return any(op.name == "reduction" for op in self.ops)
 
-    def run(self, handler: Any, subs: dict | None = None) -> list[Any]:
+    def run(self, handler: Any, subs: dict[Any, Any] | None = None) -> list[Any]:
         """Replay the body on ``handler``; index expressions get ``subs`` (variable -> expr)
         substituted first. Returns each op's result."""
         results: list[Any] = []
@@ -96,40 +96,48 @@ class BodyRecorder:
                                                      body.sizes + body.reduction_sizes)}
 
     @property
-    def var_sizes(self) -> dict:
+    def var_sizes(self) -> dict[str, Any]:
         """Range of every symbol an index may use here: loop variables and indirect indices."""
         return self._var_sizes
 
-    def _simplify(self, index) -> sympy.Expr:
+    def _simplify(self, index: Any) -> sympy.Expr:
         return exprs.simplify(index, self._var_sizes)
 
-    def _add(self, name: str, args: tuple, dtype: str | None) -> BodyValue | None:
+    def _add(self, name: str, args: tuple[Any, ...], dtype: str) -> BodyValue:
+        """Record an op that gives a value."""
         self.body.ops.append(BodyOp(name, args, dtype))
-        return BodyValue(len(self.body.ops) - 1) if dtype is not None else None
+        return BodyValue(len(self.body.ops) - 1)
+
+    def _add_effect(self, name: str, args: tuple[Any, ...]) -> None:
+        """Record an op that gives no value (a store)."""
+        self.body.ops.append(BodyOp(name, args, None))
 
     def _dtype(self, v: BodyValue) -> str:
         if not isinstance(v, BodyValue):
             raise TypeError(f"loop-body op expected a value recorded in this body, got {v!r}")
-        return self.body.ops[v.index].dtype
+        dtype = self.body.ops[v.index].dtype
+        if dtype is None:  # pragma: no cover - stores give no value to refer to
+            raise TypeError(f"loop-body op expected a value, got the store {v!r}")
+        return dtype
 
-    def load(self, buf: str, index) -> BodyValue:
+    def load(self, buf: str, index: Any) -> BodyValue:
         return self._add("load", (buf, self._simplify(index)), self.buffer_dtype(buf))
 
-    def masked_load(self, buf: str, index, mask: BodyValue) -> BodyValue:
+    def masked_load(self, buf: str, index: Any, mask: BodyValue) -> BodyValue:
         return self._add("masked_load", (buf, self._simplify(index), mask), self.buffer_dtype(buf))
 
-    def store(self, buf: str, index, value: BodyValue) -> None:
+    def store(self, buf: str, index: Any, value: BodyValue) -> None:
         self._dtype(value)
-        self._add("store", (buf, self._simplify(index), value), None)
+        self._add_effect("store", (buf, self._simplify(index), value))
 
-    def store_reduction(self, buf: str, index, value: BodyValue) -> None:
+    def store_reduction(self, buf: str, index: Any, value: BodyValue) -> None:
         self._dtype(value)
-        self._add("store_reduction", (buf, self._simplify(index), value), None)
+        self._add_effect("store_reduction", (buf, self._simplify(index), value))
 
-    def constant(self, value, dtype: str) -> BodyValue:
+    def constant(self, value: Any, dtype: str) -> BodyValue:
         return self._add("constant", (value, dtype), dtype)
 
-    def index_expr(self, expr, dtype: str) -> BodyValue:
+    def index_expr(self, expr: Any, dtype: str) -> BodyValue:
         return self._add("index_expr", (self._simplify(expr), dtype), dtype)
 
     def to_dtype(self, x: BodyValue, dtype: str) -> BodyValue:
@@ -137,10 +145,10 @@ class BodyRecorder:
             return x
         return self._add("to_dtype", (x, dtype), dtype)
 
-    def random(self, kind: str, seed: int, offset) -> BodyValue:
+    def random(self, kind: str, seed: int, offset: Any) -> BodyValue:
         return self._add("random", (kind, int(seed), self._simplify(offset)), "float32")
 
-    def indirect_indexing(self, value: BodyValue, size, name: str | None = None) -> sympy.Symbol:
+    def indirect_indexing(self, value: BodyValue, size: Any, name: str | None = None) -> sympy.Symbol:
         """A symbol standing for ``value`` inside later index expressions (``name`` keeps the
         symbol of a body being re-recorded)."""
         self._dtype(value)
@@ -149,7 +157,7 @@ class BodyRecorder:
         self._var_sizes[name] = exprs.as_expr(size)  # lowerings guarantee 0 <= value < size
         return exprs.symbol(name)
 
-    def check_bounds(self, value: BodyValue, size, negative: bool, site: str,
+    def check_bounds(self, value: BodyValue, size: Any, negative: bool, site: str,
                      mask: BodyValue | None = None) -> BodyValue:
         self._dtype(value)
         return self._add("check_bounds", (value, exprs.as_expr(size), bool(negative), str(site), mask), "int64")
@@ -166,7 +174,7 @@ class BodyRecorder:
     def getitem(self, value: BodyValue, i: int) -> BodyValue:
         return self._add("getitem", (value, int(i)), self._dtype(value))
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Callable[..., BodyValue]:
         if name not in MATH_OPS:
             raise AttributeError(name)
         arity = MATH_OPS[name]
@@ -182,7 +190,7 @@ class BodyRecorder:
 
 
 def record_body(var_sizes: Sequence[Any], reduction_sizes: Sequence[Any],
-                fn: Callable[[list, list], None], buffer_dtype: Callable[[str], str],
+                fn: Callable[[list[Any], list[Any]], None], buffer_dtype: Callable[[str], str],
                 fresh_name: Callable[[str], str] | None = None) -> LoopBody:
     """Run ``fn(vars, reduction_vars)`` under a recorder and return the recorded body.
     ``fresh_name(prefix)`` names indirect-index symbols uniquely within the program."""

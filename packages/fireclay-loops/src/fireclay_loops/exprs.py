@@ -8,17 +8,17 @@ symbols and its ``FloorDiv`` / ``Mod`` (Python semantics), printed and parsed in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import sympy
+from sympy import Expr
 
 from fireclay_shapes import FloorDiv, Mod, ValueRange, bound, simplify_with_ranges
 from fireclay_shapes import dumps as _dumps
 from fireclay_shapes import parse as _parse
 from fireclay_shapes import symbol as _symbol
 
-Expr = sympy.Expr
 __all__ = ["FloorDiv", "Mod", "modular_indexing", "symbol", "as_expr", "parse", "to_str", "simplify", "equal",
            "evaluate", "hint", "product", "contiguous_strides", "to_dim", "to_static"]
 
@@ -71,7 +71,7 @@ def simplify(e: Any, var_sizes: Mapping[str, Any] | None = None) -> Expr:
     return e
 
 
-def _fold_periods(e: Expr, ranges) -> Expr:
+def _fold_periods(e: Expr, ranges: Callable[[Any], ValueRange]) -> Expr:
     """``FloorDiv(a, d) -> k`` and ``Mod(a, d) -> a - k*d`` when ``a`` stays inside one period
     ``[k*d, (k+1)*d)`` (a flipped index ``31 - i`` with ``0 <= i < 8`` is ``3*8 + (7 - i)``)."""
     if e.is_Atom:
@@ -98,7 +98,7 @@ def equal(a: Any, b: Any) -> bool:
     diff = sympy.expand(a - b)
     if diff == 0:
         return True
-    return diff.has(FloorDiv, Mod) and _recombine(diff) == 0
+    return bool(diff.has(FloorDiv, Mod) and _recombine(diff) == 0)
 
 
 def _recombine(e: Expr) -> Expr:
@@ -106,7 +106,7 @@ def _recombine(e: Expr) -> Expr:
     what splitting a loop into two and joining it back leaves behind."""
     for _ in range(16):
         terms = sympy.Add.make_args(e)
-        coeffs: dict = {}
+        coeffs: dict[Any, Any] = {}
         for t in terms:
             c, rest = t.as_coeff_Mul()
             coeffs[rest] = coeffs.get(rest, 0) + c
@@ -135,14 +135,14 @@ def hint(e: Any, hints: Mapping[str, int]) -> int:
     return int(evaluate(e, {s.name: hints[s.name] for s in e.free_symbols}))
 
 
-def product(items) -> Expr:
+def product(items: Iterable[Any]) -> Expr:
     out = sympy.Integer(1)
     for x in items:
         out = out * as_expr(x)
     return out
 
 
-def contiguous_strides(size) -> list[Expr]:
+def contiguous_strides(size: Sequence[Any]) -> list[Expr]:
     strides: list[Expr] = []
     acc = sympy.Integer(1)
     for d in reversed(list(size)):

@@ -34,7 +34,7 @@ def _producer_vars(p: ComputeNode) -> list[tuple[sympy.Symbol, sympy.Expr, sympy
     out, rest = [], index
     for v, n in zip(p.body.vars, p.body.sizes):
         c = index.coeff(v)
-        if c.free_symbols & set(p.body.vars) or exprs.to_static(c) is None or exprs.to_static(c) <= 0:
+        if c.free_symbols & set(p.body.vars) or (exprs.to_static(c) or 0) <= 0:
             return None
         out.append((v, c, n))
         rest = rest - c * v
@@ -51,24 +51,24 @@ class _Inliner:
         self.tag = tag
         self.count = 0
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.recorder, name)
 
-    def load(self, buf: str, index) -> Any:
+    def load(self, buf: str, index: Any) -> Any:
         if buf == self.buffer:
             return self._inline(index, None)
         return self.recorder.load(buf, index)
 
-    def masked_load(self, buf: str, index, mask) -> Any:
+    def masked_load(self, buf: str, index: Any, mask: Any) -> Any:
         if buf == self.buffer:
             value = self._inline(index, mask)
             dtype = self.recorder.body.ops[value.index].dtype
             return self.recorder.where(mask, value, self.recorder.constant(0, dtype))
         return self.recorder.masked_load(buf, index, mask)
 
-    def _inline(self, index, mask) -> Any:
-        subs: dict = {}
-        for v, stride, size in _producer_vars(self.producer):
+    def _inline(self, index: Any, mask: Any) -> Any:
+        subs: dict[Any, Any] = {}
+        for v, stride, size in _producer_vars(self.producer) or ():
             subs[v] = exprs.simplify(exprs.modular_indexing(index, stride, size), self.recorder.var_sizes)
         self.count += 1
         replay = _Replay(self.recorder, mask, subs, f"{self.tag}_{self.count}")
@@ -79,19 +79,19 @@ class _Inliner:
 class _Replay:
     """Runs the producer's body into the consumer's recorder; its store becomes the result."""
 
-    def __init__(self, recorder: BodyRecorder, mask: Any, subs: dict, tag: str):
+    def __init__(self, recorder: BodyRecorder, mask: Any, subs: dict[Any, Any], tag: str):
         self.recorder, self.mask, self.subs, self.tag = recorder, mask, subs, tag
         self.stored = None
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.recorder, name)
 
-    def load(self, buf: str, index) -> Any:
+    def load(self, buf: str, index: Any) -> Any:
         if self.mask is not None:
             return self.recorder.masked_load(buf, index, self.mask)
         return self.recorder.load(buf, index)
 
-    def masked_load(self, buf: str, index, mask) -> Any:
+    def masked_load(self, buf: str, index: Any, mask: Any) -> Any:
         return self.recorder.masked_load(buf, index, self._masked(mask))
 
     def _masked(self, mask: Any) -> Any:
@@ -100,19 +100,19 @@ class _Replay:
         return self.recorder.logical_and(self.mask, mask)
 
     # (the producer's loads read 0 where the consumer's mask is false: checks skip those points)
-    def check_bounds(self, value, size, negative, site, mask=None) -> Any:
+    def check_bounds(self, value: Any, size: Any, negative: bool, site: str, mask: Any = None) -> Any:
         return self.recorder.check_bounds(value, size, negative, site, self._masked(mask))
 
-    def check_nonzero(self, value, site, mask=None) -> Any:
+    def check_nonzero(self, value: Any, site: str, mask: Any = None) -> Any:
         return self.recorder.check_nonzero(value, site, self._masked(mask))
 
-    def indirect_indexing(self, value, size, name: str) -> sympy.Symbol:
+    def indirect_indexing(self, value: Any, size: Any, name: str) -> sympy.Symbol:
         # Each inlined copy gets its own symbol; later index expressions of the copy use it.
         new = self.recorder.indirect_indexing(value, size, f"{name}_{self.tag}")
         self.subs[exprs.symbol(name)] = new
         return new
 
-    def store(self, buf: str, index, value) -> None:
+    def store(self, buf: str, index: Any, value: Any) -> None:
         self.stored = value
 
 
@@ -151,7 +151,7 @@ def can_inline(p: ComputeNode, outputs: set[str]) -> bool:
     return len(writes) == 1 and writes[0][0] not in outputs and _producer_vars(p) is not None
 
 
-def inline_pointwise(program: LoopProgram, decisions: list) -> LoopProgram:
+def inline_pointwise(program: LoopProgram, decisions: list[Any]) -> LoopProgram:
     """A copy of ``program`` where cheap pointwise producers are recomputed by the consumers
     that could not share their kernel; producers nobody reads any more are dropped."""
     from fireclay_loops.scheduler import Decision, legal_merge, single_group
@@ -176,7 +176,7 @@ def inline_pointwise(program: LoopProgram, decisions: list) -> LoopProgram:
         if not readers or not all(isinstance(r, ComputeNode) for r in readers):
             continue
         for r in readers:
-            if _outer_loops_of(p, r):
+            if not isinstance(r, ComputeNode) or _outer_loops_of(p, r):
                 continue  # a per-row value: it joins the consumer's kernel over the outer loops
             merged, reason = legal_merge(single_group(p, position[p.name]), single_group(r, position[r.name]), position)
             if merged is not None:

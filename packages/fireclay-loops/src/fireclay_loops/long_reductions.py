@@ -86,7 +86,7 @@ def few_outputs(numel: Any, rnumel: Any, columns: bool) -> bool:
 # --------------------------------------------------------------------------- epilogues
 
 
-def _reduction_ops(node: ComputeNode) -> list:
+def _reduction_ops(node: ComputeNode) -> list[Any]:
     return [op for op in node.body.ops if op.name == "reduction"]
 
 
@@ -194,7 +194,7 @@ def _row_reduction_feeding(node: ComputeNode, writers: dict[str, ComputeNode]) -
     pointwise nodes): the kernel the partial results can join. Not one with few long rows: that
     one is split itself, its epilogue (the partials' producer) in another kernel."""
     total = exprs.product(node.body.reduction_sizes)
-    queue, seen = list(node.read_buffers()), set()
+    queue, seen = list(node.read_buffers()), set[str]()
     while queue and len(seen) < MAX_PRODUCER_WALK:
         writer = writers.get(queue.pop(0))
         if writer is None or writer.name in seen or writer is node:
@@ -204,7 +204,7 @@ def _row_reduction_feeding(node: ComputeNode, writers: dict[str, ComputeNode]) -
         if writer.kind == "reduction":
             sizes = list(body.sizes) + list(body.reduction_sizes)
             if body.sizes and body.reduction_sizes and all(exprs.to_static(s) is not None for s in sizes) \
-                    and exprs.equal(exprs.product(sizes), total) and exprs.to_static(exprs.product(body.sizes)) > 1 \
+                    and exprs.equal(exprs.product(sizes), total) and (exprs.to_static(exprs.product(body.sizes)) or 0) > 1 \
                     and not few_outputs(exprs.product(body.sizes), exprs.product(body.reduction_sizes), False):
                 return writer
             continue
@@ -212,7 +212,7 @@ def _row_reduction_feeding(node: ComputeNode, writers: dict[str, ComputeNode]) -
     return None
 
 
-def _replay(ops: list, recorder: BodyRecorder, results: list, subs: dict) -> None:
+def _replay(ops: list[Any], recorder: BodyRecorder, results: list[Any], subs: dict[Any, Any]) -> None:
     """Record ``ops`` again, their index expressions rewritten by ``subs``; ``results`` holds
     the new value of each earlier op (appended to as ops are recorded)."""
     def arg(a: Any) -> Any:
@@ -247,7 +247,7 @@ def _split(node: ComputeNode, k: int, rows: ComputeNode, program: LoopProgram,
     for v, n in reversed(list(zip(body.reduction_vars, body.reduction_sizes))):
         subs[v] = exprs.simplify(exprs.modular_indexing(flat, inner, n), ranges)
         inner = inner * n
-    results: list = []
+    results: list[Any] = []
     _replay(body.ops[: k + 1], recorder, results, subs)
     out_index = sum((v * s for v, s in zip(first.vars, partial.stride)), sympy.Integer(0))
     recorder.store_reduction(partial.name, out_index, results[k])
@@ -262,7 +262,7 @@ def _split(node: ComputeNode, k: int, rows: ComputeNode, program: LoopProgram,
     return (ComputeNode(f"{node.name}_rows", first, dict(meta)), ComputeNode(node.name, second, meta), partial)
 
 
-def split_scalar_reductions(program: LoopProgram, decisions: list) -> LoopProgram:
+def split_scalar_reductions(program: LoopProgram, decisions: list[Any]) -> LoopProgram:
     """A copy of ``program`` where each reduction to a scalar of values a row reduction's
     kernel computes is computed as per-row partial results plus their reduction."""
     from fireclay_loops.scheduler import Decision
@@ -270,9 +270,9 @@ def split_scalar_reductions(program: LoopProgram, decisions: list) -> LoopProgra
     writers = {b: n for n in program.nodes if isinstance(n, ComputeNode) for b in n.write_buffers()}
     nodes, buffers, changed = [], dict(program.buffers), False
     for node in program.nodes:
-        k = _scalar_reduction(node)
-        rows = _row_reduction_feeding(node, writers) if k is not None else None
-        if rows is None:
+        k = _scalar_reduction(node) if isinstance(node, ComputeNode) else None
+        rows = _row_reduction_feeding(node, writers) if k is not None and isinstance(node, ComputeNode) else None
+        if rows is None or k is None or not isinstance(node, ComputeNode):
             nodes.append(node)
             continue
         name = f"{node.body.writes()[0][0]}_rows"

@@ -30,6 +30,8 @@ first case; if any expression still splits a loop, the pair stays two loops.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy
 
 from fireclay_loops import exprs
@@ -94,14 +96,14 @@ class _Pair:
     def __init__(self, a: sympy.Symbol, b: sympy.Symbol, size_a: sympy.Expr, size_b: sympy.Expr):
         self.a, self.b, self.size_a, self.size_b = a, b, size_a, size_b
 
-    def compatible(self, e: sympy.Expr, u: sympy.Symbol, v: sympy.Symbol, loop_symbols: set) -> bool:
+    def compatible(self, e: sympy.Expr, u: sympy.Symbol, v: sympy.Symbol, loop_symbols: set[Any]) -> bool:
         """Whether ``e`` depends on ``u`` (in the outer role) and ``v`` (inner) only through
         ``size_b*u + v``; a unit loop needs nothing."""
         if _unit(self.size_a) or _unit(self.size_b):
             return True
         return walks_as_one(e, u, v, self.size_b, loop_symbols)
 
-    def substitution(self, u: sympy.Symbol, v: sympy.Symbol, merged: sympy.Symbol) -> dict:
+    def substitution(self, u: sympy.Symbol, v: sympy.Symbol, merged: sympy.Symbol) -> dict[Any, Any]:
         """``u`` and ``v`` in terms of the merged variable, for an expression ``compatible``
         allows: ``c*(S*u + v)`` is ``c*w``, so ``u -> 0, v -> w``; a unit loop is always 0."""
         if _unit(self.size_b) and not _unit(self.size_a):
@@ -110,7 +112,7 @@ class _Pair:
 
 
 def walks_as_one(e: sympy.Expr, u: sympy.Symbol, v: sympy.Symbol, size_v: sympy.Expr,
-                 loop_symbols: set) -> bool:
+                 loop_symbols: set[Any]) -> bool:
     """Whether ``e`` is affine in ``u`` and ``v`` with ``coefficient(u) == coefficient(v) *
     size_v``, coefficients free of loop variables (proved by sympy, for symbolic sizes too)."""
     e = sympy.expand(exprs.as_expr(e))
@@ -126,10 +128,10 @@ def walks_as_one(e: sympy.Expr, u: sympy.Symbol, v: sympy.Symbol, size_v: sympy.
         if rest not in coeff or c.free_symbols & loop_symbols:
             return False  # a product of loop variables, or one inside FloorDiv/Mod/a power
         coeff[rest] = coeff[rest] + c
-    return sympy.expand(coeff[u] - coeff[v] * exprs.as_expr(size_v)) == 0
+    return bool(sympy.expand(coeff[u] - coeff[v] * exprs.as_expr(size_v)) == 0)
 
 
-def _merge_node(kn: KernelNode, pair: _Pair, shift: dict, loop_symbols: set, k: Kernel) -> KernelNode | None:
+def _merge_node(kn: KernelNode, pair: _Pair, shift: dict[Any, Any], loop_symbols: set[Any], k: Kernel) -> KernelNode | None:
     body = kn.node.body
     own = body.vars + body.reduction_vars
     if any(u not in kn.var_map for u in own):
@@ -151,7 +153,7 @@ def _merge_node(kn: KernelNode, pair: _Pair, shift: dict, loop_symbols: set, k: 
     # apart are joined back), and merged like any other.
     rebased = _rebased(kn, k)
     plain = None if rebased is None else _plain_pair(rebased, pair)
-    if plain is None:
+    if rebased is None or plain is None:
         return None
     return _merge_body_vars(rebased, pair, shift, loop_symbols, *plain)
 
@@ -187,7 +189,7 @@ def _join_digits(e: sympy.Expr) -> sympy.Expr:
     return exprs._recombine(e) if e.has(exprs.FloorDiv, exprs.Mod) else e
 
 
-def _plain_pair(kn: KernelNode, pair: _Pair):
+def _plain_pair(kn: KernelNode, pair: _Pair) -> tuple[str, str, str, int] | None:
     """``(u, v, which, position)`` when the node's body variables ``u`` and ``v``, adjacent in
     that order in one of its variable lists, map exactly to the kernel loops ``a`` and ``b``."""
     body = kn.node.body
@@ -200,7 +202,7 @@ def _plain_pair(kn: KernelNode, pair: _Pair):
     return None
 
 
-def _merge_body_vars(kn: KernelNode, pair: _Pair, shift: dict, loop_symbols: set,
+def _merge_body_vars(kn: KernelNode, pair: _Pair, shift: dict[Any, Any], loop_symbols: set[Any],
                      u: sympy.Symbol, v: sympy.Symbol, which: str, p: int) -> KernelNode | None:
     """The node with its body variables ``u`` and ``v`` merged into one, every index rewritten."""
     body = kn.node.body
@@ -211,7 +213,7 @@ def _merge_body_vars(kn: KernelNode, pair: _Pair, shift: dict, loop_symbols: set
         return None
     names = body.vars if which == "i" else body.reduction_vars
     sizes = body.sizes if which == "i" else body.reduction_sizes
-    new_sizes = sizes[:p] + [sympy.expand(sizes[p] * sizes[p + 1])] + sizes[p + 2:]
+    new_sizes = sizes[:p] + [sympy.expand(sympy.Mul(sizes[p], sizes[p + 1]))] + sizes[p + 2:]
     new_body = LoopBody(new_sizes if which == "i" else body.sizes,
                         new_sizes if which == "r" else body.reduction_sizes)
     new_names = new_body.vars if which == "i" else new_body.reduction_vars

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy
 
@@ -61,15 +62,15 @@ class Group:
     nodes: list[ComputeNode]
     xsizes: list[sympy.Expr]
     rsizes: list[sympy.Expr]
-    var_maps: dict[str, dict]
+    var_maps: dict[str, dict[Any, Any]]
     order: int
 
     def __post_init__(self) -> None:
         self.name = "+".join(n.name for n in self.nodes)
-        self._accesses: dict[str, list] = {}
+        self._accesses: dict[str, list[Any]] = {}
         # (node name, "read" / "write") -> that node's accesses in kernel variables; a merge
         # hands the earlier group's entries on (its nodes keep their variable maps).
-        self.node_accesses: dict[tuple[str, str], list] = {}
+        self.node_accesses: dict[tuple[str, str], list[Any]] = {}
         self._reads = {b for n in self.nodes for b, _, _ in n.body.reads()}
         self._writes = {b for n in self.nodes for b, _, _ in n.body.writes()}
 
@@ -127,11 +128,11 @@ def initial_groups(program: LoopProgram) -> FusionState:
 # --------------------------------------------------------------------------- legality
 
 
-def _same_sizes(a: list, b: list) -> bool:
+def _same_sizes(a: list[Any], b: list[Any]) -> bool:
     return len(a) == len(b) and all(exprs.equal(x, y) for x, y in zip(a, b))
 
 
-def _candidate_maps(base: Group, other: Group) -> list[dict]:
+def _candidate_maps(base: Group, other: Group) -> list[dict[Any, Any]]:
     """Ways to map ``other``'s kernel variables onto ``base``'s, most natural first."""
     bx = [exprs.symbol(f"x{j}") for j in range(len(base.xsizes))]
     br = [exprs.symbol(f"r{j}") for j in range(len(base.rsizes))]
@@ -159,14 +160,17 @@ def _candidate_maps(base: Group, other: Group) -> list[dict]:
     return maps
 
 
-def _regroup(small: list, big: list) -> list[tuple[list[int], list[int]]] | None:
+def _regroup(small: list[Any], big: list[Any]) -> list[tuple[list[int], list[int]]] | None:
     """Split two static size lists of one numel into consecutive groups of equal products
     (``[2, 3, 8]`` and ``[6, 8]`` give ``([0, 1], [0]), ([2], [1])``), or None."""
-    a = [exprs.to_static(s) for s in small]
-    b = [exprs.to_static(s) for s in big]
-    if None in a or None in b or not a or not b:
+    static_a = [exprs.to_static(s) for s in small]
+    static_b = [exprs.to_static(s) for s in big]
+    a = [n for n in static_a if n is not None]
+    b = [n for n in static_b if n is not None]
+    if len(a) != len(static_a) or len(b) != len(static_b) or not a or not b:
         return None
-    groups, i, j = [], 0, 0
+    groups: list[tuple[list[int], list[int]]] = []
+    i, j = 0, 0
     while i < len(a) and j < len(b):
         ga, gb, pa, pb = [i], [j], a[i], b[j]
         i, j = i + 1, j + 1
@@ -183,7 +187,7 @@ def _regroup(small: list, big: list) -> list[tuple[list[int], list[int]]] | None
     return groups if i == len(a) and j == len(b) else None
 
 
-def _regrouped_map(other_sizes: list, vars_: list, sizes: list) -> dict | None:
+def _regrouped_map(other_sizes: list[Any], vars_: list[Any], sizes: list[Any]) -> dict[Any, Any] | None:
     """Map a pointwise group's loops onto loops of the same numel shaped differently (a view
     between them): each of its variables becomes a digit of the matching flat index."""
     groups = _regroup(other_sizes, sizes)
@@ -200,13 +204,13 @@ def _regrouped_map(other_sizes: list, vars_: list, sizes: list) -> dict | None:
     return mapping
 
 
-def _remap(group: Group, mapping: dict) -> dict[str, dict]:
+def _remap(group: Group, mapping: dict[Any, Any]) -> dict[str, dict[Any, Any]]:
     return {name: {v: e.xreplace(mapping) for v, e in vm.items()} for name, vm in group.var_maps.items()}
 
 
-def _index_conflict(writer: list, reader: list) -> str | None:
+def _index_conflict(writer: list[Any], reader: list[Any]) -> str | None:
     """Why the reader cannot take the writer's values in registers, or None."""
-    written = {}
+    written: dict[str, Any] = {}
     for b, idx, _node in writer:
         if b in written and not exprs.equal(written[b], idx):
             return f"{b} is written at two different indices"
@@ -399,7 +403,7 @@ def order_steps(state: FusionState) -> list[Group | ExternNode]:
     writes = {id(s): (s.writes() if isinstance(s, Group) else set(s.write_buffers())) for s in steps}
     reads = {id(s): (s.reads() if isinstance(s, Group) else set(s.read_buffers())) for s in steps}
     key = {id(s): (s.order if isinstance(s, Group) else state.position[s.name]) for s in steps}
-    done: list = []
+    done: list[Any] = []
     remaining = sorted(steps, key=lambda s: key[id(s)])
     produced = set(state.program.inputs)
     while remaining:
@@ -497,7 +501,7 @@ def splits_reductions(program: LoopProgram) -> bool:
     return bool(devices & set(config.split_reductions))
 
 
-def schedule(program: LoopProgram, *, fusion: bool | None = None, split_reductions: bool | None = None):
+def schedule(program: LoopProgram, *, fusion: bool | None = None, split_reductions: bool | None = None) -> Any:
     """Inline, fuse, order, plan memory and verify a lowered program (``fusion`` defaults to
     ``config.fusion``; without fusion every node is a kernel of its own). ``split_reductions``
     keeps reductions with few outputs splittable over a GPU's programs

@@ -149,7 +149,7 @@ class Frame:
         except Exception as e:  # a fault of the capture itself: remember the innermost user line
             if getattr(e, "capture_location", None) is None:
                 try:
-                    e.capture_location = self.tx.location(self)
+                    e.capture_location = self.tx.location(self)  # type: ignore[attr-defined]
                 except AttributeError:
                     pass
             raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dis
 import operator
+from typing import Any
 
 from fireclay_capture.builtins import apply_operator, contains
 from fireclay_capture.dynamic import concrete
@@ -53,7 +54,8 @@ _NB_OPS = [operator.add, operator.and_, operator.floordiv, operator.lshift, oper
 _NB_INPLACE = [operator.iadd, operator.iand, operator.ifloordiv, operator.ilshift, operator.imatmul,
                operator.imul, operator.imod, operator.ior, operator.ipow, operator.irshift,
                operator.isub, operator.itruediv, operator.ixor]
-assert [n for n, _ in dis._nb_ops[:13]] == ["NB_ADD", "NB_AND", "NB_FLOOR_DIVIDE", "NB_LSHIFT",
+_DIS_NB_OPS: list[tuple[str, str]] = vars(dis)["_nb_ops"]  # private in dis (and its stubs): checked here
+assert [n for n, _ in _DIS_NB_OPS[:13]] == ["NB_ADD", "NB_AND", "NB_FLOOR_DIVIDE", "NB_LSHIFT",
                                             "NB_MATRIX_MULTIPLY", "NB_MULTIPLY", "NB_REMAINDER",
                                             "NB_OR", "NB_POWER", "NB_RSHIFT", "NB_SUBTRACT",
                                             "NB_TRUE_DIVIDE", "NB_XOR"]
@@ -120,7 +122,7 @@ def contains_op(frame: Frame, inst) -> None:
     frame.push(ConstVar(contains(frame.tx, item, container) != bool(inst.arg)))
 
 
-_CONVERSIONS = {0: None, 1: str, 2: repr, 3: ascii}
+_CONVERSIONS: dict[int, Any] = {0: None, 1: str, 2: repr, 3: ascii}
 
 
 def _format(value, spec: str):

@@ -143,7 +143,7 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
         _guard_id(g, source, value)
         return UserFunctionVar(TRACED_REPLACEMENTS[value], None)
     if value in TRACE_TIME_FUNCTIONS if _hashable(value) else False:
-        return TorchFnVar(value, public_torch_name(value) or getattr(value, "__name__", "trace_time"), source)
+        return TorchFnVar(value, public_torch_name(value) or str(getattr(value, "__name__", "trace_time")), source)
     if _hashable(value) and not isinstance(value, type) and _has_builtin_rule(value):
         _guard_id(g, source, value)
         return BuiltinVar(value, source)
@@ -156,7 +156,7 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
         _guard_id(g, source, value)
         return TorchFnVar(value, torch_name, source)
     if isinstance(value, types.FunctionType):
-        if value.__closure__ and g is not None and not hasattr(value, "_fireclay_eager"):
+        if value.__closure__ and g is not None and source is not None and not hasattr(value, "_fireclay_eager"):
             # A closure is made anew each time its enclosing code runs: pin its code and globals,
             # not the object (its cells are read, and guarded, through this source).
             g.type_is(source, types.FunctionType)

@@ -192,7 +192,7 @@ class DictVar(Var):
     def as_python_constant(self):
         return {k: v.as_python_constant() for k, v in self.items.items()}
 
-    def key_var(self, k: Any) -> Var:
+    def key_var(self, k: Any) -> Var | None:
         return self.key_vars.get(id(k)) if not is_constant_value(k) else const(k)
 
     def unpack(self, tx):

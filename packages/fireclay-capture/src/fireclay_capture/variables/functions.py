@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,7 +18,7 @@ from fireclay_capture.variables.base import CellVar, Var, const
 class UserFunctionVar(Var):
     """A Python function object that exists outside the trace; calls are inlined."""
 
-    def __init__(self, fn: types.FunctionType, source=None):
+    def __init__(self, fn: Callable[..., Any], source=None):  # a Python function (or property accessor)
         self.fn = fn
         self.source = source
 
@@ -279,7 +280,7 @@ class AutocastVar(Var):
 
     def __init__(self, device_type: str, dtype, enabled: bool, cache_enabled):
         self.device_type, self.dtype, self.enabled, self.cache_enabled = device_type, dtype, enabled, cache_enabled
-        self.real = None
+        self.real: Any = None  # the real torch.autocast while its block is traced
         self.handle = None
 
     def enter(self, tx) -> Var:

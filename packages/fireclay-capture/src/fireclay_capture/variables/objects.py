@@ -454,7 +454,7 @@ class NewObjectVar(Var):
         return method.call(tx, [key], {})
 
     def contains(self, tx, item: Var) -> bool | None:
-        method = self._dunder("__contains__")
+        method: Any = self._dunder("__contains__")  # a UserMethodVar when found
         if method is None or method.fn.fn.__module__ == "collections.abc":
             return None
         return method.call(tx, [item], {}).truth(tx)

@@ -353,7 +353,7 @@ def _record_result(tx, name, ir_args, ir_kwargs, result, device) -> Var:
     if isinstance(result, (tuple, list)) and result and all(isinstance(r, torch.Tensor) for r in result):
         values = tx.graph.call(op, ir_args, ir_kwargs, out=[meta_of(r, device) for r in result],
                                meta=tx.node_meta())
-        items = [TensorVar(v, r, device) for v, r in zip(values, result)]
+        items: list[Var] = [TensorVar(v, r, device) for v, r in zip(values, result)]
         if isinstance(result, list):
             return ListVar(items)
         return TupleVar(items, cls=type(result))

@@ -20,21 +20,22 @@ from typing import Any
 import torch
 
 
-def contiguous_strides(size) -> tuple[int, ...]:
-    out, step = [], 1
+def contiguous_strides(size: Sequence[Any]) -> tuple[int, ...]:
+    out: list[int] = []
+    step = 1
     for n in reversed(size):
         out.append(step)
         step *= max(int(n), 1)
     return tuple(reversed(out))
 
 
-def same_strides(size, strides, expected) -> bool:
+def same_strides(size: Sequence[Any], strides: Sequence[Any], expected: Sequence[Any]) -> bool:
     """Whether ``strides`` address a tensor of ``size`` as ``expected`` do (the stride of a
     dimension of extent 0 or 1 never matters)."""
     return all(n <= 1 or a == b for n, a, b in zip(size, strides, expected))
 
 
-def input_base(t: Any, name: str, dtype: torch.dtype, size: tuple, stride: tuple, offset: int, storage_numel: int,
+def input_base(t: Any, name: str, dtype: torch.dtype, size: tuple[Any, ...], stride: tuple[Any, ...], offset: int, storage_numel: int,
                error: type[Exception], device_type: str | None = None) -> torch.Tensor:
     """The input as a base tensor whose ``data_ptr()`` is index 0 of the buffer's layout; a copy
     in that layout when the input's strides or offset differ from the compiled ones. An input
@@ -59,12 +60,12 @@ def input_base(t: Any, name: str, dtype: torch.dtype, size: tuple, stride: tuple
     return flat.as_strided(size, stride, 0) if offset == 0 else flat
 
 
-def view(base: torch.Tensor, size: tuple, stride: tuple, offset: int) -> torch.Tensor:
+def view(base: torch.Tensor, size: tuple[Any, ...], stride: tuple[Any, ...], offset: int) -> torch.Tensor:
     """The strided view of a buffer held as ``base``, at its index 0 + ``offset``."""
     return base.as_strided(size, stride, base.storage_offset() + offset)
 
 
-def conform(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
+def conform(t: torch.Tensor, size: tuple[Any, ...], stride: tuple[Any, ...]) -> torch.Tensor:
     """An extern call's result with the layout the kernels index it by (copied only if needed)."""
     if tuple(t.shape) == tuple(size) and same_strides(size, t.stride(), stride):
         # exactly that layout, strides of extent-1 dims included: a wrapper may use it as it is
@@ -75,7 +76,7 @@ def conform(t: torch.Tensor, size: tuple, stride: tuple) -> torch.Tensor:
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
-def aten_op(name: str, error: type[Exception] = LookupError) -> Callable:
+def aten_op(name: str, error: type[Exception] = LookupError) -> Any:
     """The torch operator overload named ``namespace::packet[.overload]``; ``error`` when this
     torch has none."""
     namespace, rest = name.split("::", 1)
@@ -102,7 +103,7 @@ _BOUND = {"aten::mm.default", "aten::addmm.default", "aten::bmm.default", "aten:
           "aten::_scaled_dot_product_flash_attention_for_cpu.default"}
 
 
-def bound_op(name: str) -> Callable | None:
+def bound_op(name: str) -> Callable[..., Any] | None:
     """torch's own (C) function for the aten op ``name`` where it is known to take the same
     arguments and select this overload: a direct call, 2-5 µs cheaper than an operator
     overload's boxed call, which counts in programs of small matmuls. None for other ops."""
@@ -119,12 +120,12 @@ class CompiledCall:
 
     input_error: type[Exception] = TypeError  # a target raises its own
 
-    def __init__(self, scheduled, wrapper_source: str, call: Callable[..., tuple]):
+    def __init__(self, scheduled: Any, wrapper_source: str, call: Callable[..., tuple[Any, ...]]):
         self.scheduled = scheduled
         self.wrapper_source = wrapper_source
         self._call = call
 
-    def __call__(self, *inputs: Any) -> tuple:
+    def __call__(self, *inputs: Any) -> tuple[Any, ...]:
         expected = len(self.scheduled.program.inputs)
         if len(inputs) != expected:
             bound = self.bind_weights(inputs)
@@ -132,7 +133,7 @@ class CompiledCall:
                 users = expected - len(self.scheduled.program.input_specs)
                 also = f" (or its {users} user inputs: the program binds its weights)" if users != expected else ""
                 raise self.input_error(f"the compiled program takes {expected} inputs{also}, got {len(inputs)}")
-            inputs = bound
+            return self._call(*bound)
         return self._call(*inputs)
 
     def bind_weights(self, user_inputs: Sequence[Any]) -> list[Any] | None:

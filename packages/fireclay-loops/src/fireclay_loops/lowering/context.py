@@ -25,7 +25,7 @@ from fireclay_loops.ir import (
     LoopProgram,
     TensorArg,
 )
-from fireclay_loops.lowering.values import BufferValue, GeneratedValue, TensorValue
+from fireclay_loops.lowering.values import BufferValue, GeneratedValue, Index, TensorValue
 from fireclay_loops.ops import ops
 
 # Graph meta key: positions of outputs that only the program's backward reads (set by
@@ -97,7 +97,7 @@ class LoweringContext:
         return self.pointwise(value.size, value.dtype, value.device, value.load,
                               stride=layout.channels_last_strides(value.size))
 
-    def _meta(self) -> dict:
+    def _meta(self) -> dict[str, Any]:
         node = self.node
         if node is None:
             return {}
@@ -129,14 +129,14 @@ class LoweringContext:
         return [exprs.as_expr(d) for d in t.shape], t.dtype, t.device
 
     def pointwise(self, size: Sequence[Any], dtype: str, device: str,
-                  inner: Callable[[list], Any], stride: Sequence[Any] | None = None) -> BufferValue:
+                  inner: Callable[[list[Any]], Any], stride: Sequence[Any] | None = None) -> BufferValue:
         """A pointwise node computing ``inner(index)`` at every point of ``size``, stored with
         ``stride`` (default: :meth:`layout_strides`); its loops walk the buffer in memory order."""
         size = [exprs.as_expr(s) for s in size]
         buf = self.new_buffer(size, dtype, device, stride)
         loop_dims = layout.loop_order(size, buf.stride)
 
-        def fn(vars, _rvars):
+        def fn(vars: Sequence[Any], _rvars: Sequence[Any]) -> Any:
             index: list[Any] = [sympy.Integer(0)] * len(size)
             for v, k in zip(vars, loop_dims):
                 index[k] = v
@@ -148,7 +148,7 @@ class LoweringContext:
         return BufferValue(buf)
 
     def reduction(self, in_size: Sequence[Any], dims: Sequence[int], keepdim: bool, device: str,
-                  reduction_type: str, acc_dtype: str, inner: Callable[[list], Any],
+                  reduction_type: str, acc_dtype: str, inner: Callable[[list[Any]], Any],
                   finals: Sequence[tuple[str, Callable[[Any, sympy.Expr], Any]]],
                   src_dtype: str | None = None) -> list[BufferValue]:
         """A reduction node over ``dims`` of ``in_size``; ``inner(index)`` is the value reduced.
@@ -164,7 +164,7 @@ class LoweringContext:
         rnumel = exprs.product(in_size[k] for k in dims)
         out_strides = bufs[0].stride if bufs else exprs.contiguous_strides(out_size)
 
-        def fn(vars, rvars):
+        def fn(vars: Sequence[Any], rvars: Sequence[Any]) -> Any:
             index: list[Any] = [sympy.Integer(0)] * n
             for v, k in zip(vars, xdims):
                 index[k] = v
@@ -189,12 +189,12 @@ class LoweringContext:
 
     def realize_strided(self, value: TensorValue) -> TensorArg:
         v = self.realize(value)
-        if any(exprs.to_static(s) is not None and exprs.to_static(s) < 0 for s in v.stride):
+        if any((n := exprs.to_static(s)) is not None and n < 0 for s in v.stride):
             # Library kernels take non-negative strides only (a flipped view is copied).
             v = self.pointwise(v.size, v.dtype, v.device, v.load)
         return TensorArg(v.buffer.name, tuple(v.size), tuple(v.stride), v.offset)
 
-    def extern(self, op: str, args: tuple, kwargs: dict, kind: str = "extern") -> tuple[BufferValue | None, ...]:
+    def extern(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], kind: str = "extern") -> tuple[BufferValue | None, ...]:
         """An extern (or fallback) call writing the current node's tensor outputs. An output
         typed ``ScalarType("opaque")`` is a result the op leaves undefined (None): it gets no
         buffer, and its value in the lowering is None, so a use of it fails loudly. So is a
@@ -236,7 +236,10 @@ class LoweringContext:
         return tuple(results)
 
     def constant(self, value: Any, size: Sequence[Any], dtype: str, device: str) -> GeneratedValue:
-        return GeneratedValue(size, dtype, device, lambda idx, mask=None: ops.constant(value, dtype))
+        def load(idx: Index, mask: Any = None) -> Any:
+            return ops.constant(value, dtype)
+
+        return GeneratedValue(size, dtype, device, load)
 
 
 def _values_in(items: Any) -> list[Value]:
@@ -279,7 +282,7 @@ def convert_arg(ctx: LoweringContext, a: Any) -> Any:
 
 
 def fallback(ctx: LoweringContext, node: Any = None, kind: str = "fallback",
-             replace: dict[Value, TensorValue] | None = None) -> tuple[BufferValue, ...]:
+             replace: dict[Value, TensorValue] | None = None) -> tuple[BufferValue | None, ...]:
     """Call the aten op as is. Tensor arguments go by reference (strided views of buffers);
     every other argument keeps its fireclay-ir form (DType, Device, SymExpr...). ``replace``
     passes other values (with the same contents) for some arguments: a copy in another layout."""

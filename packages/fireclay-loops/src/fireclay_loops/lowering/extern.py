@@ -7,16 +7,18 @@ when the producer did not store them so already (a program input, say)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy
 
 from fireclay_ir import Value
 from fireclay_loops import exprs, layout
-from fireclay_loops.lowering.context import fallback
+from fireclay_loops.lowering.context import LoweringContext, fallback
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import BufferValue, TensorValue
 
 # (addmm: fireclay_loops.lowering.matmul)
-EXTERN_OPS = (
+EXTERN_OPS: tuple[str, ...] = (
     "mm.default", "bmm.default", "baddbmm.default", "addmv.default", "mv.default",
     "linear.default",
     "scaled_dot_product_attention.default",
@@ -42,7 +44,7 @@ FUSED_ATTENTION_BACKWARD_OPS = (
 EXTERN_OPS += FUSED_ATTENTION_OPS + FUSED_ATTENTION_BACKWARD_OPS
 
 
-def lower_extern(ctx, *args, **kwargs):
+def lower_extern(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
     return fallback(ctx, kind="extern")
 
 
@@ -51,10 +53,10 @@ for _target in EXTERN_OPS:
         register_lowering(_target)(lower_extern)
 
 
-def _dense_last_dim(ctx) -> dict:
+def _dense_last_dim(ctx: LoweringContext) -> dict[Any, TensorValue]:
     """Contiguous copies of the current node's tensor arguments whose last dimension is not
     dense in the buffer they view, by graph value."""
-    replace = {}
+    replace: dict[Any, TensorValue] = {}
     for a in [*ctx.node.args, *ctx.node.kwargs.values()]:
         v = ctx.env.get(a) if isinstance(a, Value) else None
         if not isinstance(v, TensorValue) or v.rank == 0 or a in replace:
@@ -80,11 +82,10 @@ BIAS_ALIGNMENT = 16  # elements: 16 bytes or more for every dtype the kernels ta
 
 def _aligned(v: BufferValue) -> bool:
     steps = [st for sz, st in zip(v.size[:-1], v.stride[:-1]) if not exprs.equal(sz, 1)]
-    return all(exprs.to_static(x) is not None and exprs.to_static(x) % BIAS_ALIGNMENT == 0
-               for x in [*steps, v.offset])
+    return all((n := exprs.to_static(x)) is not None and n % BIAS_ALIGNMENT == 0 for x in [*steps, v.offset])
 
 
-def _aligned_bias(ctx, replace: dict) -> dict:
+def _aligned_bias(ctx: LoweringContext, replace: dict[Any, TensorValue]) -> dict[Any, TensorValue]:
     """``replace`` plus, where the op takes an attention mask whose strides or start are not
     aligned, a copy of it laid out in rows padded to :data:`BIAS_ALIGNMENT` elements."""
     position = BIAS_POSITIONS.get(ctx.node.target)
@@ -103,11 +104,11 @@ def _aligned_bias(ctx, replace: dict) -> dict:
     return {**replace, a: ctx.pointwise(v.size, v.dtype, v.device, v.load, stride=exprs.contiguous_strides(padded))}
 
 
-def lower_fused_attention(ctx, *args, **kwargs):
+def lower_fused_attention(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
     return fallback(ctx, kind="extern", replace=_aligned_bias(ctx, _dense_last_dim(ctx)))
 
 
-def lower_fused_attention_backward(ctx, *args, **kwargs):
+def lower_fused_attention_backward(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
     return fallback(ctx, kind="fallback", replace=_aligned_bias(ctx, _dense_last_dim(ctx)))
 
 
@@ -117,10 +118,10 @@ for _target in FUSED_ATTENTION_BACKWARD_OPS:
     register_lowering(_target)(lower_fused_attention_backward)
 
 
-def _channels_last_activations(ctx, positions: tuple[int, ...]) -> dict:
+def _channels_last_activations(ctx: LoweringContext, positions: tuple[int, ...]) -> dict[Any, TensorValue]:
     """Channels-last versions of the 4-D activations at ``positions`` of the current node's
     arguments (those that can have that layout), by graph value."""
-    replace = {}
+    replace: dict[Any, TensorValue] = {}
     for k in positions:
         a = ctx.node.args[k]
         v = ctx.env.get(a)
@@ -130,7 +131,7 @@ def _channels_last_activations(ctx, positions: tuple[int, ...]) -> dict:
 
 
 @register_lowering("convolution.default")
-def lower_convolution(ctx, x, *args, **kwargs):
+def lower_convolution(ctx: LoweringContext, x: TensorValue, *args: Any, **kwargs: Any) -> Any:
     """The input channels-last (the weight as it is): the library then writes the result
     channels-last without reordering either activation."""
     if not ctx.channels_last or x.rank != 4:
@@ -139,7 +140,8 @@ def lower_convolution(ctx, x, *args, **kwargs):
 
 
 @register_lowering("convolution_backward.default")
-def lower_convolution_backward(ctx, grad_output, x, *args, **kwargs):
+def lower_convolution_backward(ctx: LoweringContext, grad_output: TensorValue, x: TensorValue, *args: Any,
+                               **kwargs: Any) -> Any:
     """The gradient and the input channels-last (the weight as it is): the library then
     writes the input gradient channels-last too."""
     if not ctx.channels_last or x.rank != 4:

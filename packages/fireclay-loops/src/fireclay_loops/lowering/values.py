@@ -21,7 +21,7 @@ from fireclay_loops import exprs
 from fireclay_loops.ir import Buffer
 from fireclay_loops.ops import ops
 
-Index = list  # a list of sympy expressions, one per dimension
+Index = list[Any]  # a list of sympy expressions, one per dimension
 
 
 class TensorValue:
@@ -39,7 +39,8 @@ class TensorValue:
 
 
 class BufferValue(TensorValue):
-    def __init__(self, buffer: Buffer, size=None, stride=None, offset=None):
+    def __init__(self, buffer: Buffer, size: Sequence[Any] | None = None, stride: Sequence[Any] | None = None,
+                 offset: Any = None):
         super().__init__(buffer.size if size is None else size, buffer.dtype, buffer.device)
         self.buffer = buffer
         self.stride = [exprs.as_expr(s) for s in (buffer.stride if stride is None else stride)]
@@ -48,7 +49,7 @@ class BufferValue(TensorValue):
     def flat_index(self, index: Index) -> sympy.Expr:
         out = self.offset
         for i, s in zip(index, self.stride):
-            out = out + exprs.as_expr(i) * s
+            out = out + sympy.Mul(exprs.as_expr(i), s)
         return out
 
     def load(self, index: Index, mask: Any = None) -> Any:
@@ -81,7 +82,7 @@ class GeneratedValue(TensorValue):
     """``fn(index, mask)`` computes the value; any load it makes must honour ``mask`` (points
     where the mask is false may lie outside every buffer)."""
 
-    def __init__(self, size, dtype: str, device: str, fn: Callable[[Index, Any], Any]):
+    def __init__(self, size: Sequence[Any], dtype: str, device: str, fn: Callable[[Index, Any], Any]):
         super().__init__(size, dtype, device)
         self.fn = fn
 
@@ -108,11 +109,14 @@ def view(value: TensorValue, size: Sequence[Any], index_map: Callable[[Index], I
         return MappedValue(value.base, size, lambda idx: inner(index_map(idx)))
     if isinstance(value, GeneratedValue):
         fn = value.fn
-        return GeneratedValue(size, value.dtype, value.device, lambda idx, mask=None: fn(index_map(idx), mask))
+        def load(idx: Index, mask: Any = None) -> Any:
+            return fn(index_map(idx), mask)
+
+        return GeneratedValue(size, value.dtype, value.device, load)
     return MappedValue(value, size, index_map)
 
 
-def _affine(flat: sympy.Expr, probe: list[sympy.Symbol]):
+def _affine(flat: sympy.Expr, probe: list[sympy.Symbol]) -> tuple[sympy.Expr, list[sympy.Expr]] | None:
     """``(offset, strides)`` when ``flat`` is affine in the probe variables, else None."""
     if any(f.has(*probe) for f in flat.atoms(exprs.FloorDiv, exprs.Mod)):
         return None

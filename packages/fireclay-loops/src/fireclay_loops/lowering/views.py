@@ -69,12 +69,16 @@ def reshape_groups(size, new_size) -> list[tuple[list[int], list[int]]] | None:
     [0])``, ``([2], [1])``); None for symbolic or empty shapes. Indexing group by group keeps
     each dim's index a function of its own group's indices: no flat index over the whole
     tensor, whose divisions no kernel can hoist or vectorise."""
-    old, new = [exprs.to_static(d) for d in size], [exprs.to_static(d) for d in new_size]
-    if None in old or None in new or 0 in old or 0 in new:
+    static_old, static_new = [exprs.to_static(d) for d in size], [exprs.to_static(d) for d in new_size]
+    old = [n for n in static_old if n is not None]
+    new = [n for n in static_new if n is not None]
+    if len(old) != len(static_old) or len(new) != len(static_new) or 0 in old or 0 in new:
         return None
     groups, i, j = [], 0, 0
     while i < len(old) or j < len(new):
-        dims_old, dims_new, n_old, n_new = [], [], 1, 1
+        dims_old: list[int] = []
+        dims_new: list[int] = []
+        n_old, n_new = 1, 1
         while not (dims_old or dims_new) or n_old != n_new:
             if (n_old <= n_new and i < len(old)) or j == len(new):
                 if i == len(old):
