@@ -18,7 +18,8 @@ def _umask() -> int:
 _UMASK = _umask()  # read once, at import: reading it means setting it, which threads would race
 
 
-def write_atomic(path: str | os.PathLike, data: str | bytes | Iterable[bytes], *, shared: bool = False) -> None:
+def write_atomic(path: str | os.PathLike[str], data: str | bytes | Iterable[bytes | bytearray], *,
+                 shared: bool = False) -> None:
     """Write ``data`` (text, bytes, or chunks of bytes) to ``path`` through a temporary file made by
     ``mkstemp`` in its folder (an unpredictable name, created exclusively: a symbolic link planted
     beside ``path`` cannot redirect the write), renamed into place. The file is this user's alone

@@ -61,8 +61,13 @@ class SettingInfo:
     doc: str
 
 
-@functools.cache
 def _field_types(cls: type) -> dict[str, Any]:
+    # (cached by class; typed Any there: the checker takes a dataclass's class for unhashable)
+    return _field_types_of(cls)
+
+
+@functools.cache
+def _field_types_of(cls: Any) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
@@ -162,7 +167,7 @@ class Settings:
         """Every field of the section, with its variable, type, default and meaning."""
         out = []
         for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
             out.append(SettingInfo(section=cls.SECTION, name=f.name, variable=cls.environment_variable(f.name),
                                    type=_type_name(_field_types(cls)[f.name]), default=default,
                                    doc=f.metadata.get("doc", "")))

@@ -226,7 +226,7 @@ def verify_at_boundaries(enable: bool | None = None) -> bool:
     ``FIRECLAY_VERIFY``); pass a bool to switch it for the process."""
     if enable is not None:
         config.verify = bool(enable)
-    return config.verify
+    return bool(config.verify)
 
 
 def check_boundary(program: Program, stage: str) -> Program:

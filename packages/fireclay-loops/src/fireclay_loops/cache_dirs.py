@@ -66,7 +66,7 @@ def default_root() -> str:
     ``$XDG_CACHE_HOME/fireclay``, else ``~/.cache/fireclay``."""
     explicit = shared_config.cache_dir
     if explicit:
-        return os.path.abspath(explicit)
+        return os.path.abspath(str(explicit))
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(xdg):
         return os.path.join(xdg, "fireclay")

@@ -150,7 +150,7 @@ def _legacy_type_names() -> dict[str, torch.dtype]:
     return names
 
 
-def _tensor_type(tx: Tracer, t: TensorVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
+def _tensor_type(tx: TraceState, t: TensorVar, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """``Tensor.type()``: the legacy type name, a constant of the trace; ``Tensor.type(dtype)`` and
     ``Tensor.type("torch.HalfTensor")``: a cast, recorded as ``Tensor.to`` (``Tensor.type`` itself is
     not an op of the torch dialect: given a string it imports a module by name)."""
