@@ -49,7 +49,9 @@ from fireclay_capture.variables.base import NULL, CellVar, Var
 from fireclay_capture.variables.containers import IteratorVar
 from fireclay_capture.variables.functions import RestoreGradMode  # noqa: F401 - re-exported
 
-_NESTING = threading.local()
+# How many resume functions the running thread is inside: state of the compiled code as it runs
+# (one call chain per thread), not of a trace, which never reads it.
+_RESUME_DEPTH = threading.local()
 _BRANCHES = {"POP_JUMP_IF_TRUE": True, "POP_JUMP_FORWARD_IF_TRUE": True, "POP_JUMP_BACKWARD_IF_TRUE": True,
              "POP_JUMP_IF_FALSE": False, "POP_JUMP_FORWARD_IF_FALSE": False,
              "POP_JUMP_BACKWARD_IF_FALSE": False}
@@ -329,14 +331,14 @@ def _call_resume(resume, args: list, local_values: list) -> Any:
     local_values.clear()
     # Every break nests one more Python call (a loop that breaks on each iteration nests once
     # per iteration): past the limit, the rest of the function runs as plain Python.
-    depth = getattr(_NESTING, "depth", 0)
+    depth = getattr(_RESUME_DEPTH, "depth", 0)
     if depth >= config.max_resume_depth:
         return resume.fn(*values)
-    _NESTING.depth = depth + 1
+    _RESUME_DEPTH.depth = depth + 1
     try:
         return resume.call_with_list(values)  # hands the values over: nothing here keeps them
     finally:
-        _NESTING.depth = depth
+        _RESUME_DEPTH.depth = depth
 
 
 def _run_in_trampoline(plan: BreakPlan, owner, stack: list, local_values: list) -> Any:
