@@ -166,7 +166,7 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
         else:
             _guard_id(g, source, value)
         return UserFunctionVar(value, source)
-    if isinstance(value, types.MethodType) and is_function_apply(value):
+    if isinstance(value, types.MethodType) and is_function_apply(value) and isinstance(value.__self__, type):
         cls_var = wrap(tx, value.__self__, AttrSource(source, "__self__") if source else None)
         return AutogradFunctionApplyVar(value.__self__, cls_var, source)
     if is_numpy_ufunc(value):
