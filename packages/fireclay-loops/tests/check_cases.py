@@ -37,6 +37,11 @@ INDEX_OPS = [
     IndexOp("embedding", lambda b, w, i: b.call("embedding.default", w, i), 6, (2, 3), x_shape=(6, 3)),
     IndexOp("index_rows", lambda b, x, i: b.call("index.Tensor", x, [i]), ROWS, (3,), negative_ok=True),  # x[idx]
     IndexOp("index_cols", lambda b, x, i: b.call("index.Tensor", x, [None, i]), COLS, (3,), negative_ok=True),  # x[:, idx]
+    # indices read inside a reduction loop (the C++ kernel checks them before the loop)
+    IndexOp("gather_then_sum", lambda b, x, i: b.call("sum.dim_IntList", b.call("gather.default", x, 1, i), [1]),
+            COLS, (ROWS, 3)),
+    IndexOp("index_cols_then_amax", lambda b, x, i: b.call("amax.default", b.call("index.Tensor", x, [None, i]), [1]),
+            COLS, (3,), negative_ok=True),
 ]
 
 # The value put at one position of an otherwise in-range index tensor, by the size indexed.

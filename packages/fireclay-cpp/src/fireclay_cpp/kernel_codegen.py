@@ -81,6 +81,7 @@ class CppKernelGen(KernelEmitter):
         self.internal_stores: dict[str, CValue] = {}
         self.accumulators: list[Accumulator] = []
         self.accesses: list[sympy.Expr] = []  # index of every memory load and store
+        self.bounds_checks: list[CValue] = []  # the ops.check_bounds values (see _scan_indices)
         # A pointwise kernel of several loops: values that do not change along the innermost
         # loop (a per-channel scale) are computed once per outer point, before it.
         self.inner_only = not kernel.rsizes and len(kernel.xsizes) > 1 and kernel.kind == "pointwise"
@@ -146,9 +147,14 @@ class CppKernelGen(KernelEmitter):
                 for pre, in_loop, after in stages[stage]:
                     for v in pre + after:
                         outer.place(v)
+                    self._unchecked(True)
                     for v in in_loop:
                         loop.place(v)
-            return self._function(xs, rs, outer.lines, split, loop.lines)
+                    self._unchecked(False)
+            last = len(xs) - 1
+            guard = self._scan_indices(loop, outer, [f"for (int64_t x{last} = 0; x{last} < {xs[last]}; x{last}++) {{"],
+                                       ["}"])
+            return self._function(xs, rs, outer.lines, split, loop.lines, guard)
         return self._function(xs, rs, outer.lines, split)
 
     def _emit_stage(self, nodes, rs, split, outer: Scope) -> None:
@@ -158,9 +164,13 @@ class CppKernelGen(KernelEmitter):
             for v in pre:
                 outer.place(v)
         loop = Scope(parent=outer)
+        # (a split loop runs over threads: its checks stay one per index, as do those of a
+        # kernel without a reduction loop, whose innermost loop generate() scans instead)
+        self._unchecked(bool(rs) and not split)
         for _, in_loop, _ in nodes:
             for v in in_loop:
                 loop.place(v)
+        self._unchecked(False)
         accs = [a for a in self.accumulators if a.add_stmt in loop.seen]
         lines.extend(f"{a.decl_type} {a.name};" for a in accs)
         if loop.lines:
@@ -193,15 +203,50 @@ class CppKernelGen(KernelEmitter):
                 clauses += [f"+: {a.name}_sum" for a in welford + sums]
                 lines.extend(f"{(a.welford or a.plain_sum)[0]} {a.name}_sum = 0;" for a in welford + sums)
                 reduce = f" reduction({') reduction('.join(clauses)})" if clauses else ""
-                if head:
-                    lines.append(f"#pragma omp simd collapse({len(head)}){reduce}")
-                lines.extend(head + indent(loop.lines) + tail)
+                guard = self._scan_indices(loop, outer, head, tail) if head else ""
+                run = [f"#pragma omp simd collapse({len(head)}){reduce}"] if head else []
+                run += head + indent(loop.lines) + tail
+                lines.extend([f"if ({guard}) {{"] + indent(run) + ["}"] if guard else run)
                 lines.extend(f"{a.name}.v = {a.name}_sum;" for a in sums)
                 if welford:
                     self._welford_second_pass(welford, head, tail, rs, outer)
         for _, _, after in nodes:
             for v in after:
                 outer.place(v)
+
+    def _unchecked(self, on: bool) -> None:
+        """Declare the bounds checks that vary along a loop unchecked (``on``: a scan before
+        the loop checks them, see :meth:`_scan_indices`) or checked one by one."""
+        for c in self.bounds_checks:
+            if c.in_loop():
+                c.code = c.bounds.unchecked_code if on else c.bounds.checked_code
+
+    def _scan_indices(self, loop: Scope, outer: Scope, head: list[str], tail: list[str]) -> str:
+        """Check the indices the unchecked bounds checks of ``loop`` see before it runs: a loop
+        of the same ``head`` computing only them, with their least and greatest as OpenMP
+        min/max reductions (it vectorises; a check per index inside the loop is a branch and a
+        call, and keeps the loop scalar). Its lines go to ``outer``; returns the condition the
+        loop then runs under ("" when there is nothing to check). A failure is recorded as the
+        check would record it, and the loop does not run: its indices are not safe to load at."""
+        found = [c for c in self.bounds_checks if c in loop.seen]  # (placed unchecked: see _unchecked)
+        if not found:
+            return ""
+        scan = Scope(parent=outer)
+        lows, highs, oks = [], [], []
+        for c in found:
+            b = c.bounds
+            low, high = self.fresh("fc_low"), self.fresh("fc_high")
+            scan.place(b.scan(low, high))  # (what does not change along the loop goes to outer)
+            lows.append(low)
+            highs.append(high)
+            oks.append(f"fc_bounds_ok({low}, {high}, {b.low}, {b.size}, {b.site}, fc_err)")
+        ok = self.fresh("fc_ok")
+        outer.lines.extend(f"int64_t {low} = INT64_MAX, {high} = INT64_MIN;" for low, high in zip(lows, highs))
+        outer.lines.append(f"#pragma omp simd collapse({len(head)}) reduction(min: {', '.join(lows)}) "
+                           f"reduction(max: {', '.join(highs)})")
+        outer.lines.extend(head + indent(scan.lines) + tail)
+        outer.lines.append(f"const bool {ok} = {' && '.join(oks)};")
+        return ok
 
     def _welford_second_pass(self, accs: list[Accumulator], head, tail, rs, outer: Scope) -> None:
         """Mean from the first loop's sums, then a second loop summing squared deviations: two
@@ -240,7 +285,7 @@ class CppKernelGen(KernelEmitter):
         return KernelSource(k.name, "\n".join(out) + "\n", buffers, symbols,
                             sorted({a.decl_type for a in self.accumulators}), checks=list(self.checks))
 
-    def _function(self, xs, rs, lines, split, inner: list[str] | None = None) -> KernelSource:
+    def _function(self, xs, rs, lines, split, inner: list[str] | None = None, guard: str = "") -> KernelSource:
         k = self.kernel
         body: list[str] = []
         nx = len(xs)
@@ -259,8 +304,9 @@ class CppKernelGen(KernelEmitter):
                 body.append(f"{parallel} collapse({collapse}) if({self.index(work)} >= {PARALLEL_MIN_WORK})")
             elif simd:
                 body.append("#pragma omp simd")
-            if inner is not None:  # hoisted values, then the innermost loop
-                body += heads[:-1] + indent(lines + ["#pragma omp simd", heads[-1]] + indent(inner) + ["}"])
+            if inner is not None:  # hoisted values, then the innermost loop (if its indices are in range)
+                run = ["#pragma omp simd", heads[-1]] + indent(inner) + ["}"]
+                body += heads[:-1] + indent(lines + ([f"if ({guard}) {{"] + indent(run) + ["}"] if guard else run))
                 body += ["}"] * (nx - 1)
             else:
                 if pointwise and nx > 1:

@@ -42,6 +42,7 @@ class CValue(Value):
     ctype: str = ""
     acc: Accumulator | None = None  # set on reduction values: they live in an accumulator
     varying: bool | None = None  # changes along the reduction loop (None: if a dependency does)
+    bounds: BoundsCheck | None = None  # set on ops.check_bounds values: a loop may check them first
 
     def in_loop(self) -> bool:
         """Whether it must be computed inside the reduction loop; the rest is hoisted out."""
@@ -59,6 +60,32 @@ class Accumulator:
     add_stmt: CValue | None = None
     welford: tuple[str, CValue] | None = None  # (compute type, value added): computed in two passes
     plain_sum: tuple[str, CValue] | None = None  # a float sum: a plain variable with OpenMP's `+`
+
+
+@dataclass(eq=False, kw_only=True)
+class BoundsCheck:
+    """An index check a loop can make before it runs (see ``CppKernelGen``): a check inside a
+    vectorised loop is a branch and a call that keep the loop scalar, so a loop whose indices
+    vary along it first scans them (a min/max reduction, which vectorises) and then runs with
+    the indices unchecked, or not at all when one is out of range."""
+
+    site: int  # the kernel's check number
+    value: CValue  # the index checked
+    low: str  # C++ text of the bounds: low <= index < size
+    size: str
+    live: CValue | None  # the mask: a masked-off index is not checked
+    checked_code: str  # the declaration checking on its own (a scalar check)
+    unchecked_code: str  # the declaration once a scan has checked the loop's indices
+
+    def scan(self, low_var: str, high_var: str) -> CValue:
+        """The scan's update of the running minimum and maximum index."""
+        v, live = self.value.name, self.live
+        low_in = f"{live.name} ? {v} : INT64_MAX" if live is not None else v
+        high_in = f"{live.name} ? {v} : INT64_MIN" if live is not None else v
+        code = (f"{low_var} = fc_minimum<int64_t>({low_var}, {low_in}); "
+                f"{high_var} = fc_maximum<int64_t>({high_var}, {high_in});")
+        return CValue(name=f"{low_var}_scan", code=code, deps=[self.value] + ([live] if live is not None else []),
+                      varying=True)
 
 
 _UNARY_CALL = {
@@ -228,9 +255,14 @@ class CppOps(KernelOps):
         n, deps = self._index(size)
         live = [mask] if mask is not None else []
         k = self.gen.add_check("check_bounds", site)
-        expr = (f"fc_check_bounds({value.name}, {f'-({n})' if negative else '0'}, {n}, "
-                f"{mask.name if live else 'true'}, {k}, fc_err)")
-        return self._val(expr, "int64_t", [value] + deps + live)
+        low = f"-({n})" if negative else "0"
+        expr = f"fc_check_bounds({value.name}, {low}, {n}, {mask.name if live else 'true'}, {k}, fc_err)"
+        checked = self._val(expr, "int64_t", [value] + deps + live)
+        checked.bounds = BoundsCheck(site=k, value=value, low=low, size=n, live=mask if live else None,
+                                     checked_code=checked.code,
+                                     unchecked_code=f"int64_t {checked.name} = {value.name};")
+        self.gen.bounds_checks.append(checked)
+        return checked
 
     def check_nonzero(self, value, site, mask=None):
         live = [mask] if mask is not None else []

@@ -137,6 +137,12 @@ static inline int64_t fc_check_bounds(int64_t v, int64_t lo, int64_t n, bool liv
   if (__builtin_expect(live && (v < lo || v >= n), 0)) { fc_check_failed(err, site, v, n); return 0; }
   return v;
 }
+// The indices a loop reads, checked before it runs: `low`/`high` are the least and greatest
+// (a min/max reduction over them, which vectorises where a check per index does not).
+static inline bool fc_bounds_ok(int64_t low, int64_t high, int64_t lo, int64_t n, int64_t site, int64_t* err) {
+  if (__builtin_expect(low < lo || high >= n, 0)) { fc_check_failed(err, site, low < lo ? low : high, n); return false; }
+  return true;
+}
 template <typename T> static inline T fc_check_nonzero(T v, bool live, int64_t site, int64_t* err) {
   if (__builtin_expect(live && v == 0, 0)) fc_check_failed(err, site, 0, 0);
   return v;

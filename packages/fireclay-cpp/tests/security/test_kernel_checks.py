@@ -13,8 +13,10 @@ check_cases = pytest.importorskip("check_cases", reason="fireclay-loops' tests h
 from aten_builder import AtenBuilder  # noqa: E402
 from check_cases import (  # noqa: E402
     DIVISION_OPS,
+    HUGE,
     INDEX_OPS,
     INDEX_VALUES,
+    ROWS,
     check_against_eager,
     division_inputs,
     division_program,
@@ -96,3 +98,21 @@ def test_checks_can_be_turned_off(monkeypatch):
     assert "fc_err)" not in "".join(compiled.cpp_sources)  # no kernel calls a check
     x, idx = index_inputs(op, "in_range")
     torch.testing.assert_close(compiled(x, idx)[0], builder.eager(x, idx)[0], rtol=0, atol=0)
+
+
+def test_indices_read_in_a_loop_are_checked_before_it():
+    """A gather feeding a sum: the loop over the gathered values holds no check per index (a
+    branch and a call there keep the loop from vectorising: it was 16-34% slower than unchecked);
+    the indices are scanned first (a min/max reduction), and one out of range raises, naming it."""
+    op = next(o for o in INDEX_OPS if o.name == "gather_then_sum")
+    builder, compiled = _compiled(op.name, lambda: index_program(op))
+    kernels = "".join(src.split('extern "C" void kernel', 1)[1] for src in compiled.cpp_sources if 'extern "C" void kernel' in src)
+    assert "fc_check_bounds(" not in kernels
+    assert "fc_bounds_ok(" in kernels and "reduction(min: fc_low" in kernels
+    x, idx = index_inputs(op, "in_range")
+    torch.testing.assert_close(compiled(x, idx)[0], builder.eager(x, idx)[0])
+    for bad in (op.size, -1, HUGE):
+        idx_bad = idx.clone()
+        idx_bad[ROWS - 1, 1] = bad
+        with pytest.raises(IndexError, match=f"index {bad} is out of bounds for dimension 1 of gather with size {op.size}"):
+            compiled(x, idx_bad)
