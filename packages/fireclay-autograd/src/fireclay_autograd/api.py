@@ -22,7 +22,7 @@ from fireclay_autograd.layouts import BackwardAtFirstCall
 from fireclay_autograd.partition import Partition, partition
 from fireclay_autograd.runtime import InferenceRuntime, OutputPlan, TrainingRuntime
 from fireclay_autograd.version import __version__
-from fireclay_ir import IRError, Program, Weight, bind_inputs
+from fireclay_ir import IRError, Program, RunLimits, Weight, bind_inputs
 from fireclay_ir.stages import in_stage
 
 Backend = Callable[[Program, list[torch.Tensor]], Callable[..., Sequence[Any]]]
@@ -73,17 +73,18 @@ def _bind_inputs(program: Program, example_inputs: Sequence[Any]) -> tuple[list[
     return bind_inputs(program, list(example_inputs)), user_positions
 
 
-def trace_to_aten(program: Program, example_inputs: Sequence[Any]) -> Program:
+def trace_to_aten(program: Program, example_inputs: Sequence[Any], *, limits: RunLimits | None = None) -> Program:
     """The program as one functional aten-dialect graph (the inference path: no autograd).
 
     Its inputs are the program's inputs followed by lifted constants; its outputs are the
-    program's outputs followed by the new values of inputs the program mutates.
+    program's outputs followed by the new values of inputs the program mutates. ``limits``: a
+    program from someone else (``fireclay autograd``) is traced bounded in steps.
     """
     inputs, _ = _bind_inputs(program, example_inputs)
     from fireclay_autograd.dynamic import symbolic_or_static
 
     traced, mode = symbolic_or_static(program, inputs, lambda m: trace_forward(program, inputs, regenerate_aliases=False,
-                                                                                  mode=m))
+                                                                                  mode=m, limits=limits))
     return _specialised(_program(traced.graph, program, traced.constants), mode)
 
 
@@ -106,19 +107,21 @@ class AOTGraphs:
         return self.partition.backward
 
 
-def aot_graphs(program: Program, example_inputs: Sequence[Any], *, partitioner: str = "min_cut") -> AOTGraphs:
+def aot_graphs(program: Program, example_inputs: Sequence[Any], *, partitioner: str = "min_cut",
+               limits: RunLimits | None = None) -> AOTGraphs:
     """Trace the joint graph of ``program`` and partition it (for inspection and benchmarks).
     A program with symbolic input sizes gives graphs with symbolic sizes (static ones if its
-    symbolic trace fails)."""
+    symbolic trace fails). ``limits``: traced bounded in steps (as :func:`trace_to_aten`)."""
     inputs, _ = _bind_inputs(program, example_inputs)
     from fireclay_autograd.dynamic import symbolic_or_static
 
-    graphs, _ = symbolic_or_static(program, inputs, lambda m: _aot_graphs(program, inputs, partitioner, m))
+    graphs, _ = symbolic_or_static(program, inputs, lambda m: _aot_graphs(program, inputs, partitioner, m, limits))
     return graphs
 
 
-def _aot_graphs(program: Program, inputs: list[Any], partitioner: str, mode: Any = None) -> AOTGraphs:
-    traced = trace_joint(program, inputs, mode=mode)
+def _aot_graphs(program: Program, inputs: list[Any], partitioner: str, mode: Any = None,
+                limits: RunLimits | None = None) -> AOTGraphs:
+    traced = trace_joint(program, inputs, mode=mode, limits=limits)
     f = traced.functional
     num_fw_outputs = f.num_user_outputs + len(f.mutated_inputs)
     hints = {n: i.hint for n, i in mode.env.symbols.items()} if mode is not None else None

@@ -30,7 +30,7 @@ from fireclay_autograd.executor import bind_symbols
 from fireclay_autograd.joint import symbolic_mode, trace_forward, trace_joint
 from fireclay_autograd.partition import partition
 from fireclay_autograd.runtime import InferenceRuntime, OutputPlan, SizeCarrier, TrainingRuntime
-from fireclay_ir import Graph, InputSpec, IRError, Program, SymExpr, TensorMeta
+from fireclay_ir import Graph, InputSpec, IRError, Program, RunLimitError, SymExpr, TensorMeta
 from fireclay_shapes import ShapeEnv, parse
 
 if TYPE_CHECKING:
@@ -182,6 +182,8 @@ def symbolic_or_static(program: Program, inputs: list[Any], trace: Callable[[Any
         mode = symbolic_mode(program, inputs)
         try:
             return trace(mode), mode
+        except RunLimitError:
+            raise  # (a static trace would run the same steps)
         except Exception as exc:
             log.warning("fireclay-autograd: tracing with symbolic sizes failed (%s: %s); tracing for the "
                         "example inputs' shapes instead", type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")

@@ -3,7 +3,10 @@
 This is the package's own small executor: the tracer needs to know which torch-dialect node is
 running (to carry its source location onto the aten nodes it produces), which a plain
 interpreter does not tell. Op names resolve only against fixed roots (never an import path), so
-running a program from a file is safe.
+running a program from a file is safe; a program from someone else runs with ``limits`` (a
+:class:`fireclay_ir.RunLimits`, as the reference interpreter takes): every node is a step, and on
+real tensors every op is first run on the meta device, refused when its results would not fit in
+``max_bytes`` beside the inputs (``fireclay_ir.run_limits.allocation_guard``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 import torch
 
 from fireclay_autograd.convert import evaluate, from_ir_atom
-from fireclay_ir import Graph, IRError, Node, Program, SymExpr, Value, map_values
+from fireclay_ir import Graph, IRError, Node, Program, RunLimitError, RunLimits, SymExpr, Value, map_values
 
 _TORCH_ROOTS: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor, "operator": operator, "math": math}
 _OVERLOAD_PACKETS = {"aten": torch.ops.aten, "prims": torch.ops.prims}
@@ -121,19 +124,24 @@ def run_graph(
     on_node: Callable[[Node], Any] | None = None,
     after_node: Callable[[Node, Any], None] | None = None,
     symbols: Mapping[str, int] | Callable[[str], Any] | None = None,
+    limits: RunLimits | None = None,
 ) -> list[Any]:
     """Run ``graph`` on ``inputs``; ``on_node(node)`` may return a context manager entered
     around each node's call (the tracer's hook for source locations); ``after_node(node,
     result)`` sees each node's result. Symbolic sizes in arguments (``SymExpr``) take the
     values ``symbols`` gives (a mapping of symbol values, or a function of the expression
-    string); by default symbols are bound from the inputs' sizes."""
+    string); by default symbols are bound from the inputs' sizes. ``limits``: stop with a
+    RunLimitError after ``limits.max_steps`` nodes."""
     if len(inputs) != len(graph.inputs):
         raise IRError(f"graph {graph.name!r} takes {len(graph.inputs)} inputs, got {len(inputs)}")
     if not callable(symbols):
         values = dict(symbols) if symbols is not None else bind_symbols(graph, inputs)
         symbols = lambda expr: evaluate(expr, values)  # noqa: E731
     env: dict[Value, Any] = dict(zip(graph.inputs, inputs))
-    for node in graph.nodes:
+    for step, node in enumerate(graph.nodes, 1):
+        if limits is not None and step > limits.max_steps:
+            raise RunLimitError(f"the run took more than {limits.max_steps} steps (nodes) and was stopped at "
+                                f"{node.op}{_where(node)}; raise RunLimits.max_steps to run it")
         fn = resolve_op(node.op)
         args = _materialize(node.args, env, symbols)
         kwargs = _materialize(node.kwargs, env, symbols)
@@ -144,7 +152,7 @@ def run_graph(
                     result = fn(*args, **kwargs)
             else:
                 result = fn(*args, **kwargs)
-        except IRError:
+        except (IRError, RunLimitError):
             raise
         except Exception as exc:
             where = _where(node)
@@ -172,6 +180,13 @@ def _where(node: Node) -> str:
     return f"\n  from {src.get('file')}:{src.get('line')}: {src.get('text', '').strip()}"
 
 
-def run_program(program: Program, *args: Any) -> tuple:
-    """Run the entry graph of ``program`` on real tensors (the default backend's engine)."""
-    return tuple(run_graph(program.main, list(args)))
+def run_program(program: Program, *args: Any, limits: RunLimits | None = None) -> tuple:
+    """Run the entry graph of ``program`` on real tensors (the default backend's engine),
+    bounded by ``limits`` when given (see the module docstring)."""
+    if limits is None:
+        return tuple(run_graph(program.main, list(args)))
+    from fireclay_ir.run_limits import allocation_guard, value_bytes
+
+    held = limits.check_tensor((value_bytes(list(args)),), "uint8", "the input data")
+    with allocation_guard(lambda: limits.max_bytes - held):
+        return tuple(run_graph(program.main, list(args), limits=limits))

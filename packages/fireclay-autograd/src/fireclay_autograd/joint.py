@@ -19,7 +19,7 @@ from fireclay_autograd.executor import run_graph
 from fireclay_autograd.fake import FakeMode, FakeTensor, mode_for, torch_dim
 from fireclay_autograd.functionalize import FunctionalGraph, functionalize
 from fireclay_autograd.tracer import AUTOGRAD_META_KEY, CARRIED_META, AtenTracer
-from fireclay_ir import Graph, InputSpec, IRError, Node, Program, Value
+from fireclay_ir import Graph, InputSpec, IRError, Node, Program, RunLimits, Value
 from fireclay_ir.stages import in_stage
 
 
@@ -69,7 +69,8 @@ def _start(program: Program, inputs: list[Any], name: str, grad: bool,
     return tracer, fakes
 
 
-def _run(program: Program, tracer: AtenTracer, fakes: list[Any], *, tag_autograd: bool = False) -> list[Any]:
+def _run(program: Program, tracer: AtenTracer, fakes: list[Any], *, tag_autograd: bool = False,
+         limits: RunLimits | None = None) -> list[Any]:
     after = _tag_autograd_nodes if tag_autograd else None
     if tracer.mode.env.symbols:
         symbols: Any = lambda expr: torch_dim(expr, tracer.mode)  # noqa: E731
@@ -79,7 +80,7 @@ def _run(program: Program, tracer: AtenTracer, fakes: list[Any], *, tag_autograd
 
         symbols = bind_symbols(program.main, fakes)
     return run_graph(program.main, fakes, on_node=lambda node: tracer.node_meta(node.meta), after_node=after,
-                     symbols=symbols)
+                     symbols=symbols, limits=limits)
 
 
 def _tag_autograd_nodes(node: Node, result: Any) -> None:
@@ -112,13 +113,14 @@ def _output_values(tracer: AtenTracer, outs: list[Any]) -> list[Any]:
 
 
 def trace_forward(program: Program, inputs: list[Any], *, regenerate_aliases: bool = True,
-                  mode: FakeMode | None = None) -> TracedGraph:
+                  mode: FakeMode | None = None, limits: RunLimits | None = None) -> TracedGraph:
     """The inference path: the program as one functional aten graph, no autograd. With
-    ``mode`` (see :func:`symbolic_mode`) the graph keeps the program's symbolic sizes."""
+    ``mode`` (see :func:`symbolic_mode`) the graph keeps the program's symbolic sizes;
+    ``limits``: the program's nodes are counted against ``limits.max_steps``."""
     with in_stage("aten tracing"):
         tracer, fakes = _start(program, inputs, "forward", grad=False, mode=mode)
         with torch.no_grad(), tracer:
-            outs = _run(program, tracer, fakes)
+            outs = _run(program, tracer, fakes, limits=limits)
         tracer.graph.set_outputs(_output_values(tracer, outs))
     with in_stage("functionalization"):
         functional = functionalize(tracer.graph, len(outs), regenerate_aliases=regenerate_aliases, mode=tracer.mode)
@@ -131,7 +133,7 @@ def _is_differentiable(o: Any) -> bool:
 
 
 def trace_joint(program: Program, inputs: list[Any], *, mode: FakeMode | None = None,
-                alias_outputs: bool = True) -> TracedGraph:
+                alias_outputs: bool = True, limits: RunLimits | None = None) -> TracedGraph:
     """Forward and backward in one functional graph (see :class:`TracedGraph` for its layout).
 
     User outputs that view a common base, as in eager (``y, y.view(-1)``; ``y[0], y[1]``), are
@@ -139,14 +141,14 @@ def trace_joint(program: Program, inputs: list[Any], *, mode: FakeMode | None = 
     hidden from the user, when it is not one already) and the runtime makes the views outside
     the compiled function, so gradients flow through them as in eager (``alias_outputs``)."""
     with in_stage("aten tracing"):
-        joint = _trace_joint(program, inputs, mode, alias_outputs)
+        joint = _trace_joint(program, inputs, mode, alias_outputs, limits)
     tracer, outs, regenerated = joint.tracer, joint.outputs, joint.regenerated
     with in_stage("functionalization"):
         functional = functionalize(tracer.graph, len(outs), regenerate_aliases=False, mode=tracer.mode,
                                    output_bases=bool(regenerated))
     if any(functional.output_aliases[i] is None for i in regenerated):
         # Functionalization sees the aliasing differently: hand back separate tensors instead.
-        return trace_joint(program, inputs, mode=mode, alias_outputs=False)
+        return trace_joint(program, inputs, mode=mode, alias_outputs=False, limits=limits)
     functional.num_hidden_outputs = len(outs) - joint.num_user_outputs
     return TracedGraph(
         functional, joint.num_inputs, dict(tracer.constants), joint.tangent_outputs, joint.grad_inputs,
@@ -167,10 +169,11 @@ class _JointTrace:
     regenerated: set[int]  # outputs the runtime remakes as views of a hidden base
 
 
-def _trace_joint(program: Program, inputs: list[Any], mode: FakeMode | None, alias_outputs: bool) -> _JointTrace:
+def _trace_joint(program: Program, inputs: list[Any], mode: FakeMode | None, alias_outputs: bool,
+                 limits: RunLimits | None = None) -> _JointTrace:
     tracer, fakes = _start(program, inputs, "joint", grad=True, mode=mode)
     with torch.enable_grad(), tracer, tracer.node_meta({"autograd.phase": "forward"}):
-        outs = _run(program, tracer, fakes, tag_autograd=True)
+        outs = _run(program, tracer, fakes, tag_autograd=True, limits=limits)
     num_outputs = len(outs)
     regenerated: set[int] = set()
     if alias_outputs:

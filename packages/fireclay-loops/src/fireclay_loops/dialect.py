@@ -227,9 +227,28 @@ def _body_from_graph(g: Graph) -> ComputeNode:
     return ComputeNode(g.name, body, dict(g.meta.get("loops.meta") or {}))
 
 
-def from_program(program: Program) -> ScheduledProgram:
+def _extern_op(name: Any, trusted: bool) -> str:
+    """The op an extern step of a document calls: an aten op the aten dialect admits (never
+    one that reads or writes files, shares storage or changes process state: a document is
+    data). Other namespaces (ops of ``torch.library``) only in a program this process made
+    (``trusted``)."""
+    from fireclay_ir.dialects import lookup_op
+
+    if not isinstance(name, str) or "::" not in name:
+        raise IRError(f"loops::extern names no op ({name!r})")
+    if name.startswith("aten::"):
+        lookup_op(name)  # IRError for unknown and refused ops
+    elif not trusted:
+        raise IRError(f"loops::extern calls {name}, which is not an aten op; a loops document may call "
+                      "aten ops only")
+    return name
+
+
+def from_program(program: Program, *, trusted: bool = False) -> ScheduledProgram:
     """Read a ``loops``-dialect Program back into a ScheduledProgram (the memory plan is
-    recomputed: it is a deterministic function of the steps)."""
+    recomputed: it is a deterministic function of the steps). Extern steps may call the aten ops
+    the aten dialect admits; ``trusted`` (a program this process or its own cache made) admits
+    other namespaces too."""
     from fireclay_loops.memory import plan_memory
     from fireclay_loops.scheduler import Decision
 
@@ -285,7 +304,7 @@ def from_program(program: Program) -> ScheduledProgram:
                                 [exprs.as_expr(s) for s in kw["rsizes"]], set(kw["internal"])))
         elif n.op == "loops::extern":
             kw = n.kwargs
-            ext = ExternNode(kw["name"], kw["op"], tuple(extern_arg(kw["args"])),
+            ext = ExternNode(kw["name"], _extern_op(kw["op"], trusted), tuple(extern_arg(kw["args"])),
                              dict(zip(kw["kwarg_names"], (extern_arg(v) for v in kw["kwarg_values"]))),
                              [names[w] for w in kw["writes"]], kw["kind"], dict(n.meta.get("loops.meta") or {}),
                              kw.get("positions"))

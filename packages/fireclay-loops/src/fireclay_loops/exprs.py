@@ -157,31 +157,38 @@ def to_dim(e: Any) -> int | str:
     return int(e) if e.is_Integer else to_str(e)
 
 
-def evaluate(e: Expr, env: Mapping[str, Any]) -> Any:
+def evaluate(e: Expr, env: Mapping[str, Any], bound: int | None = None) -> Any:
     """Evaluate with symbols bound to ints or to integer tensors (anything with Python
-    arithmetic and ``//`` / ``%``), so the reference executor evaluates whole grids at once."""
+    arithmetic and ``//`` / ``%``), so the reference executor evaluates whole grids at once.
+    ``bound``: an int result, or a partial one, beyond ``±bound`` raises OverflowError (a size
+    of a document from someone else that would otherwise grow without limit)."""
+    def fits(v: Any) -> Any:
+        if bound is not None and isinstance(v, int) and abs(v) > bound:
+            raise OverflowError(f"{e} is beyond {bound.bit_length()} bits")
+        return v
+
     if e.is_Integer:
-        return int(e)
+        return fits(int(e))
     if e.is_Symbol:
-        return env[e.name]
+        return fits(env[e.name])
     if isinstance(e, sympy.Add):
         out = 0
         for a in e.args:
-            out = out + evaluate(a, env)
+            out = fits(out + evaluate(a, env, bound))
         return out
     if isinstance(e, sympy.Mul):
         out = 1
         for a in e.args:
-            out = out * evaluate(a, env)
+            out = fits(out * evaluate(a, env, bound))
         return out
     if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) >= 0:
-        base = evaluate(e.base, env)
+        base = evaluate(e.base, env, bound)
         out = 1
         for _ in range(int(e.exp)):
-            out = out * base
+            out = fits(out * base)
         return out
     if isinstance(e, FloorDiv):
-        return evaluate(e.args[0], env) // evaluate(e.args[1], env)
+        return evaluate(e.args[0], env, bound) // evaluate(e.args[1], env, bound)
     if isinstance(e, Mod):
-        return evaluate(e.args[0], env) % evaluate(e.args[1], env)
+        return evaluate(e.args[0], env, bound) % evaluate(e.args[1], env, bound)
     raise ValueError(f"cannot evaluate index expression {e} (unsupported {type(e).__name__})")

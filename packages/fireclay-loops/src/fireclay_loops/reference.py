@@ -8,6 +8,13 @@ runner for code generators. Slow and simple, and exact about the things that mat
 * buffers internal to a kernel never reach memory: a read of one takes the value its writer
   computed, and checks it is read at the index it was written.
 
+A program from someone else (``fireclay run`` of a loops document) runs with ``limits``, a
+:class:`fireclay_ir.RunLimits`, bounded as the reference interpreter bounds one: every kernel,
+extern call and op of a loop body is a step, and so is every operation of an index or size
+expression (a power ``i0**n`` counts ``n``); sizes beyond 64 bits are refused; the inputs and
+the memory plan's allocations are checked against ``max_bytes`` before they are made, and every
+op torch then runs is first run on the meta device (``fireclay_ir.run_limits.allocation_guard``).
+
 Needs torch (the ``torch`` extra); ``import fireclay_loops`` does not import this module.
 """
 
@@ -18,6 +25,7 @@ from typing import Any
 import sympy
 import torch
 
+from fireclay_ir import RunLimitError, RunLimits
 from fireclay_loops import exprs
 from fireclay_loops.backend.program import ScheduledProgram
 from fireclay_loops.backend.runtime import aten_op
@@ -96,7 +104,7 @@ class _NodeHandler:
         self.grid = grid
 
     def _index(self, index: sympy.Expr) -> torch.Tensor:
-        v = exprs.evaluate(index, self.env)
+        v = self.runner.evaluate(index, self.env)
         return v if isinstance(v, torch.Tensor) else torch.tensor(v, dtype=torch.int64)
 
     def _internal(self, buf: str, index: sympy.Expr):
@@ -222,14 +230,39 @@ def _kept(v: torch.Tensor, axes: list[int]) -> list[int]:
     return [1 if a in axes else v.shape[a] for a in range(v.dim())]
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _cost(e: Any) -> int:
+    """Steps to evaluate expression ``e``: one per operation, ``n`` for a power ``x**n``."""
+    if not isinstance(e, sympy.Basic):
+        return 1
+    steps = 0
+    for node in sympy.preorder_traversal(e):
+        steps += 1
+        if isinstance(node, sympy.Pow) and node.exp.is_Integer:
+            steps += abs(int(node.exp))
+    return steps
+
+
 class _Runner:
-    def __init__(self, scheduled: ScheduledProgram, inputs: tuple):
+    def __init__(self, scheduled: ScheduledProgram, inputs: tuple, limits: RunLimits | None = None):
         self.s = scheduled
         self.prog: LoopProgram = scheduled.program
+        self.limits = limits
+        self.steps = 0
+        self.held_bytes = 0  # (with limits) inputs and allocations: what the run holds throughout
         self.symbols: dict[str, int] = {}
         self.memory: dict[str, torch.Tensor] = {}
         self._bind_symbols(inputs)
         plan = scheduled.plan
+        if limits is not None:
+            from fireclay_ir.run_limits import value_bytes
+
+            self.held_bytes = limits.check_tensor((value_bytes(list(inputs)),), "uint8", "the input data")
+            for name, alloc in plan.allocations.items():
+                self.held_bytes += limits.check_tensor((self.value(alloc.nbytes),), "uint8", f"allocation {name}",
+                                                       self.held_bytes)
         for name, alloc in plan.allocations.items():
             self.memory[name] = torch.zeros(self.value(alloc.nbytes), dtype=torch.uint8)
         for b, t in zip(self.prog.inputs, inputs):
@@ -249,8 +282,28 @@ class _Runner:
             if hint is not None:
                 self.symbols.setdefault(name, hint)
 
+    def step(self, count: int, what: str) -> None:
+        """Count ``count`` steps of a limited run (see the module docstring)."""
+        if self.limits is None:
+            return
+        self.steps += count
+        if self.steps > self.limits.max_steps:
+            raise RunLimitError(f"the run took more than {self.limits.max_steps} steps (kernels, extern calls, "
+                                f"loop-body ops and index arithmetic) and was stopped at {what}; raise "
+                                "RunLimits.max_steps to run it")
+
+    def evaluate(self, e: sympy.Expr, env: dict[str, Any]) -> Any:
+        """``e`` at ``env``; in a limited run, its operations counted and its ints within 64 bits."""
+        if self.limits is None:
+            return exprs.evaluate(e, env)
+        self.step(_cost(e), f"index expression {e}")
+        try:
+            return exprs.evaluate(e, env, bound=_INT64_MAX)
+        except OverflowError as err:
+            raise RunLimitError(f"a size or index of the program is too large: {err}") from None
+
     def value(self, e: Any) -> int:
-        return int(exprs.evaluate(exprs.as_expr(e), self.symbols))
+        return int(self.evaluate(exprs.as_expr(e), self.symbols))
 
     def storage(self, buf: str) -> torch.Tensor:
         b = self.prog.buffers[buf]
@@ -269,7 +322,9 @@ class _Runner:
         grid = xs + rs
         kvars = k.xvars + k.rvars
         internal: dict = {}
+        self.step(1, f"kernel {k.name}")
         for kn in k.nodes:
+            self.step(len(kn.node.body.ops), f"kernel {k.name}")
             env: dict[str, Any] = dict(self.symbols)
             for axis, v in enumerate(kvars):
                 shape = [1] * len(grid)
@@ -298,6 +353,7 @@ class _Runner:
                 return getattr(torch, a.name)
             return a
 
+        self.step(1, f"extern call {n.name} ({n.op})")
         fn = aten_op(n.op, SchedulingError)
         result = fn(*arg(n.args), **{k: arg(v) for k, v in n.kwargs.items()})
         results = list(result) if isinstance(result, (tuple, list)) else [result]
@@ -317,10 +373,21 @@ class _Runner:
         return tuple(out)
 
 
-def run(scheduled: ScheduledProgram, *inputs: torch.Tensor) -> tuple:
-    """Run a scheduled program on real tensors; returns its outputs as a tuple."""
-    runner = _Runner(scheduled, inputs)
-    for step in scheduled.steps:
+def run(scheduled: ScheduledProgram, *inputs: torch.Tensor, limits: RunLimits | None = None) -> tuple:
+    """Run a scheduled program on real tensors; returns its outputs as a tuple. ``limits``: a
+    program from a source you do not control runs bounded in steps and bytes (see the module
+    docstring), raising :class:`fireclay_ir.RunLimitError` before it crosses one."""
+    if limits is None:
+        return _run(_Runner(scheduled, inputs))
+    from fireclay_ir.run_limits import allocation_guard
+
+    runner = _Runner(scheduled, inputs, limits)
+    with torch.no_grad(), allocation_guard(lambda: limits.max_bytes - runner.held_bytes):
+        return _run(runner)
+
+
+def _run(runner: _Runner) -> tuple:
+    for step in runner.s.steps:
         if isinstance(step, Kernel):
             runner.run_kernel(step)
         else:

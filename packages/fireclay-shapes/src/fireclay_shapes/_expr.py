@@ -322,6 +322,11 @@ class _Parser:
         tok = self._peek()
         if tok is not None:
             self._fail(f"unexpected {tok[1]!r}", tok[2])
+        # Each `**` is within the limit, but sympy folds powers of powers and products of powers
+        # ((s0**1000)**1000 is s0**1000000): what evaluating the result would take is what counts.
+        for power in e.atoms(sympy.Pow) if isinstance(e, sympy.Basic) else ():
+            if power.exp.is_Integer and abs(int(power.exp)) > _MAX_EXPONENT:
+                self._fail(f"the power {power} has an exponent larger than the limit {_MAX_EXPONENT}")
         return e
 
     def _enter(self):

@@ -16,6 +16,9 @@ import fireclay_shapes as fs
     ("1000**1000", "has more than 4096 bits"),
     ("9" * 5000, "5000 digits is longer than the limit"),
     ("s0 + " + "1" * 100, "100 digits is longer than the limit"),
+    # each `**` within the limit, the folded power far beyond it (evaluating it never ended)
+    ("((s0**1000)**1000)**1000", "has an exponent larger than the limit"),
+    ("s0**1000*s0**1000", "has an exponent larger than the limit"),
 ])
 def test_numbers_no_size_needs_fail_fast_with_a_parse_error(text, why):
     start = time.perf_counter()

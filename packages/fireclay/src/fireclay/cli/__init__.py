@@ -51,6 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "default: random tensors of the program's input types")
         p.add_argument("--seed", type=int, default=0, help="seed of generated inputs (default 0)")
 
+    def with_run_limits(p: argparse.ArgumentParser) -> None:
+        # (a document may come from anyone: what runs it is bounded, see fireclay_ir.RunLimits)
+        p.add_argument("--max-steps", type=int, default=None, metavar="N",
+                       help="stop after N steps: nodes and graphs run, kernels and their ops "
+                            "(default: fireclay_ir.RunLimits().max_steps)")
+        p.add_argument("--max-bytes", type=int, default=None, metavar="N",
+                       help="refuse to hold more than N bytes of tensors at once (default: RunLimits().max_bytes)")
+
     p = sub.add_parser("capture", help="capture a function of a script into a torch-dialect program")
     p.add_argument("target", metavar="SCRIPT.py:FUNCTION",
                    help="a function, an nn.Module instance, or an nn.Module class taking no arguments, "
@@ -71,16 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     with_inputs(p)
     p.add_argument("--print-values", action="store_true", help="print every output value")
     p.add_argument("--save-outputs", metavar="PATH", help="write the outputs to a .safetensors file (out0, out1, ...)")
-    p.add_argument("--max-steps", type=int, default=None, metavar="N",
-                   help="stop after N nodes and graphs run (default: fireclay_ir.RunLimits().max_steps)")
-    p.add_argument("--max-bytes", type=int, default=None, metavar="N",
-                   help="refuse to hold more than N bytes of tensors at once (default: RunLimits().max_bytes)")
+    with_run_limits(p)
 
     p = sub.add_parser("autograd", help="torch dialect -> aten (inference, or forward and backward with --train)")
     p.add_argument("file")
     p.add_argument("-o", "--output", required=True)
     p.add_argument("--train", action="store_true", help="floating inputs require grad: write forward and backward")
     with_inputs(p)
+    with_run_limits(p)
 
     p = sub.add_parser("loops", help="aten -> loops dialect")
     p.add_argument("file")

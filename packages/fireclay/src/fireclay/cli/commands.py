@@ -80,22 +80,19 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_folder(args)
     program = load_program(args.file)
     _import_dialects(program)
-    if "loops" in dialects_of(program):
-        from fireclay_loops import from_program
-        from fireclay_loops.reference import run as run_scheduled
+    # A document may come from anyone: the run is bounded in steps and bytes (docs/security.md).
+    limits = run_limits(args)
+    values = inputs_for(program, args.inputs, args.seed, limits=limits)
+    try:
+        if "loops" in dialects_of(program):
+            from fireclay_loops import from_program
+            from fireclay_loops.reference import run as run_scheduled
 
-        values = inputs_for(program, args.inputs, args.seed)
-        outputs = tuple(run_scheduled(from_program(program), *bind_weights(program, values)))
-    else:
-        # A document may come from anyone: the run is bounded in steps and bytes (docs/security.md).
-        defaults = ir.RunLimits()
-        limits = ir.RunLimits(max_steps=defaults.max_steps if args.max_steps is None else args.max_steps,
-                              max_bytes=defaults.max_bytes if args.max_bytes is None else args.max_bytes)
-        values = inputs_for(program, args.inputs, args.seed, limits=limits)
-        try:
+            outputs = tuple(run_scheduled(from_program(program), *bind_weights(program, values), limits=limits))
+        else:
             outputs = ir.interpret(program, *values, limits=limits)
-        except ir.RunLimitError as e:
-            raise CLIError(f"{args.file}: {e}") from None
+    except ir.RunLimitError as e:
+        raise CLIError(f"{args.file}: {e}") from None
     for i, value in enumerate(values):
         print(summarize(f"input {i}", value))
     for i, value in enumerate(outputs):
@@ -104,6 +101,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         save_tensors(args.save_outputs, list(outputs), "out")
         print(f"wrote {args.save_outputs}")
     return 0
+
+
+def run_limits(args: argparse.Namespace) -> ir.RunLimits:
+    """The limits of a command that runs a document: ``--max-steps`` and ``--max-bytes``, or
+    the defaults of :class:`fireclay_ir.RunLimits`."""
+    defaults = ir.RunLimits()
+    return ir.RunLimits(max_steps=defaults.max_steps if args.max_steps is None else args.max_steps,
+                        max_bytes=defaults.max_bytes if args.max_bytes is None else args.max_bytes)
 
 
 def _stem(path: str) -> str:
@@ -115,17 +120,24 @@ def cmd_autograd(args: argparse.Namespace) -> int:
 
     program = load_program(args.file)
     _require(program, args.file, {"torch", "aten"}, "autograd", "")
-    values = inputs_for(program, args.inputs, args.seed)
+    # Tracing runs the document's ops (on fake tensors): bounded as `fireclay run` is.
+    limits = run_limits(args)
+    values = inputs_for(program, args.inputs, args.seed, limits=limits)
     start = time.perf_counter()
-    if not args.train:
-        _save(trace_to_aten(program, values), args.output)
-    else:
-        values = [v.requires_grad_() if hasattr(v, "is_floating_point") and v.is_floating_point() else v
-                  for v in values]
-        if not any(getattr(v, "requires_grad", False) for v in values) and not any(
-                w.meta.requires_grad for w in program.weights.values()):
-            raise CLIError(f"--train needs a floating-point input or weight that requires grad; {args.file} has none")
-        pair = aot_graphs(program, values)
+    try:
+        if not args.train:
+            _save(trace_to_aten(program, values, limits=limits), args.output)
+        else:
+            values = [v.requires_grad_() if hasattr(v, "is_floating_point") and v.is_floating_point() else v
+                      for v in values]
+            if not any(getattr(v, "requires_grad", False) for v in values) and not any(
+                    w.meta.requires_grad for w in program.weights.values()):
+                raise CLIError(f"--train needs a floating-point input or weight that requires grad; {args.file} "
+                               "has none")
+            pair = aot_graphs(program, values, limits=limits)
+    except ir.RunLimitError as e:
+        raise CLIError(f"{args.file}: {e}") from None
+    if args.train:
         _save(pair.forward, args.output)
         _save(pair.backward, _stem(args.output) + ".backward" + SUFFIX)
     print(f"autograd took {(time.perf_counter() - start) * 1e3:.1f} ms")
