@@ -44,6 +44,32 @@ INDEX_OPS = [
             COLS, (3,), negative_ok=True),
 ]
 
+# Ops that write at, or read from, indices read from a tensor and that the lowering keeps as calls
+# into torch (fallbacks): eager's own kernels check the indices. The table keeps it so: an op
+# lowered some day without a check fails here. (``take_along_dim`` decomposes to ``gather``;
+# ``x[idx] = v`` and ``index_put_`` are ``index_put``.)
+def _rows(b, x, n=3):
+    return b.call("slice.Tensor", x, 0, 0, n)
+
+
+FALLBACK_INDEX_OPS = [
+    IndexOp("scatter_value", lambda b, x, i: b.call("scatter.value", x, 1, i, 2.0), COLS, (ROWS, 3)),
+    IndexOp("scatter_src", lambda b, x, i: b.call("scatter.src", x, 1, i, x), COLS, (ROWS, 3)),
+    IndexOp("scatter_add", lambda b, x, i: b.call("scatter_add.default", x, 1, i, x), COLS, (ROWS, 3)),
+    IndexOp("scatter_reduce_amax", lambda b, x, i: b.call("scatter_reduce.two", x, 1, i, x, "amax"), COLS, (ROWS, 3)),
+    IndexOp("index_put", lambda b, x, i: b.call("index_put.default", x, [i], _rows(b, x, 3)), ROWS, (3,),
+            negative_ok=True),
+    IndexOp("index_put_accumulate", lambda b, x, i: b.call("index_put.default", x, [i], _rows(b, x, 3), True),
+            ROWS, (3,), negative_ok=True),
+    IndexOp("index_add", lambda b, x, i: b.call("index_add.default", x, 0, i, _rows(b, x, 3)), ROWS, (3,)),
+    IndexOp("index_copy", lambda b, x, i: b.call("index_copy.default", x, 0, i, _rows(b, x, 3)), ROWS, (3,)),
+    IndexOp("index_fill", lambda b, x, i: b.call("index_fill.int_Scalar", x, 1, i, -1.0), COLS, (3,),
+            negative_ok=True),
+    # (eager's own kernel does not check: the forward embedding has; the compiled call matches it)
+    IndexOp("embedding_dense_backward",
+            lambda b, g, i: b.call("embedding_dense_backward.default", g, i, 6, -1, False), 6, (2, 3), x_shape=(2, 3, 4)),
+]
+
 # The value put at one position of an otherwise in-range index tensor, by the size indexed.
 INDEX_VALUES = {
     "in_range": lambda n: n - 2,

@@ -13,6 +13,7 @@ check_cases = pytest.importorskip("check_cases", reason="fireclay-loops' tests h
 from aten_builder import AtenBuilder  # noqa: E402
 from check_cases import (  # noqa: E402
     DIVISION_OPS,
+    FALLBACK_INDEX_OPS,
     HUGE,
     INDEX_OPS,
     INDEX_VALUES,
@@ -116,3 +117,14 @@ def test_indices_read_in_a_loop_are_checked_before_it():
         idx_bad[ROWS - 1, 1] = bad
         with pytest.raises(IndexError, match=f"index {bad} is out of bounds for dimension 1 of gather with size {op.size}"):
             compiled(x, idx_bad)
+
+
+@pytest.mark.parametrize("value", list(INDEX_VALUES))
+@pytest.mark.parametrize("op", FALLBACK_INDEX_OPS, ids=lambda o: o.name)
+def test_indices_of_ops_torch_runs_raise_as_in_eager(op, value):
+    """Scatter, index_put, index_add and the like are calls into torch's kernels: a bad index
+    raises what eager raises (its type; the message is torch's), a good one gives eager's result."""
+    builder, compiled = _compiled(op.name, lambda: index_program(op))
+    error = check_against_eager(compiled, builder, index_inputs(op, value))
+    if value == "in_range":
+        assert error is None

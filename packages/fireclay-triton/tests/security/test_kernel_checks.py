@@ -18,6 +18,7 @@ check_cases = pytest.importorskip("check_cases", reason="fireclay-loops' tests h
 
 from check_cases import (  # noqa: E402
     DIVISION_OPS,
+    FALLBACK_INDEX_OPS,
     INDEX_OPS,
     check_against_eager,
     division_inputs,
@@ -52,6 +53,18 @@ def test_indirect_index_matches_eager(op, value):
         assert isinstance(error, IndexOutOfBounds)
         assert "index out of bounds for dimension" in str(error) and f"(size {op.size})" in str(error)
     assert (error is None) == (value == "in_range" or (value == "last_negative" and op.negative_ok))
+
+
+@interpreted
+@pytest.mark.parametrize("value", ["in_range", "last_negative", "huge"])
+@pytest.mark.parametrize("op", FALLBACK_INDEX_OPS, ids=lambda o: o.name)
+def test_indices_of_ops_torch_runs_raise_as_in_eager(op, value):
+    """Scatter, index_put, index_add and the like are calls into torch's kernels: a bad index
+    raises what eager raises (its type; the message is torch's), a good one gives eager's result."""
+    builder, compiled = _compiled(op.name, lambda: index_program(op))
+    error = check_against_eager(compiled, builder, index_inputs(op, value))
+    if value == "in_range":
+        assert error is None
 
 
 @interpreted
