@@ -103,8 +103,8 @@ def test_checks_can_be_turned_off(monkeypatch):
 
 def test_indices_read_in_a_loop_are_checked_before_it():
     """A gather feeding a sum: the loop over the gathered values holds no check per index (a
-    branch and a call there keep the loop from vectorising: it was 16-34% slower than unchecked);
-    the indices are scanned first (a min/max reduction), and one out of range raises, naming it."""
+    branch and a call there keep the loop from vectorising); the indices are scanned first (a
+    min/max reduction), and one out of range raises, naming it."""
     op = next(o for o in INDEX_OPS if o.name == "gather_then_sum")
     builder, compiled = _compiled(op.name, lambda: index_program(op))
     kernels = "".join(src.split('extern "C" void kernel', 1)[1] for src in compiled.cpp_sources if 'extern "C" void kernel' in src)
