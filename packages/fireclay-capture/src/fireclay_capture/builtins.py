@@ -556,6 +556,10 @@ def call_builtin(tx, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
         return const(fn(*[a.as_python_constant() for a in args], **{k: v.as_python_constant() for k, v in kwargs.items()}))
     if fn is builtins.object:
         raise Unsupported("object() inside the captured function")
+    if isinstance(fn, type) and issubclass(fn, BaseException):
+        from fireclay_capture.variables.exceptions import make_exception
+
+        return make_exception(fn, args, kwargs)
     if all(a.is_constant() for a in args) and all(v.is_constant() for v in kwargs.values()) and fn in (
             builtins.pow, builtins.hash, builtins.repr, builtins.ord, builtins.chr, builtins.format,
             builtins.bin, builtins.hex, builtins.complex):

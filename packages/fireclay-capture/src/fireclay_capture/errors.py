@@ -34,11 +34,17 @@ class CaptureError(RuntimeError):
 class ObservedException(Unsupported):
     """The traced code raised a Python exception the interpreter could model (an AttributeError
     during ``getattr(obj, name, default)`` or ``hasattr``); callers that know the protocol catch
-    it, everyone else sees it as unsupported."""
+    it, everyone else sees it as unsupported. A ``try`` block of the traced code catches it
+    through the code's exception table when ``certain``: the real code raises it too (a missing
+    dict key), not only the capture's model of a value (an attribute it cannot see)."""
 
-    def __init__(self, exc_type: type[BaseException], message: str):
-        super().__init__(f"{exc_type.__name__}: {message}")
+    def __init__(self, exc_type: type[BaseException], message: str | None, *, value=None,
+                 certain: bool = True):
+        super().__init__(f"{exc_type.__name__}: {message}" if message else exc_type.__name__)
         self.exc_type = exc_type
+        self.message = message
+        self.value = value  # the ExceptionVar raised, when the traced code made it
+        self.certain = certain
 
 
 def format_location(loc: dict | None) -> str:

@@ -67,6 +67,7 @@ class Tracer:
         # graph break inside an inlined call knows whether the callee changed state the caller
         # can see (then the callee cannot simply run again for real, and the frame runs eagerly).
         self.mutations = 0
+        self.handled_exception = None  # the exception an `except` block of the trace is handling
 
     # -- inputs
     def wrap(self, value: Any, source: Source | None, *, weight: tuple[str, str] | None = None,

@@ -75,6 +75,58 @@ class BreakSnapshot:
     mutations: int  # the trace's mutation count
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExceptionEntry:
+    """One row of a 3.11+ code object's exception table: an exception raised by an instruction
+    at ``start <= offset < end`` jumps to ``target`` with the value stack cut to ``depth`` (and
+    the raising instruction's offset pushed first when ``lasti``)."""
+
+    start: int
+    end: int
+    target: int
+    depth: int
+    lasti: bool
+
+
+_EXCEPTION_TABLES: dict[types.CodeType, tuple[ExceptionEntry, ...]] = {}
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    # Six bits a byte, most significant first; bit 6 says another byte follows (bit 7 marks an
+    # entry's first byte and is not part of the value).
+    b = data[pos]
+    value = b & 63
+    while b & 64:
+        pos += 1
+        b = data[pos]
+        value = (value << 6) | (b & 63)
+    return value, pos + 1
+
+
+def exception_table(code: types.CodeType) -> tuple[ExceptionEntry, ...]:
+    cached = _EXCEPTION_TABLES.get(code)
+    if cached is None:
+        data = getattr(code, "co_exceptiontable", b"")
+        entries = []
+        pos = 0
+        while pos < len(data):
+            start, pos = _read_varint(data, pos)
+            length, pos = _read_varint(data, pos)
+            target, pos = _read_varint(data, pos)
+            depth_lasti, pos = _read_varint(data, pos)
+            entries.append(ExceptionEntry(start=start * 2, end=(start + length) * 2, target=target * 2,
+                                          depth=depth_lasti >> 1, lasti=bool(depth_lasti & 1)))
+        cached = _EXCEPTION_TABLES[code] = tuple(entries)
+    return cached
+
+
+def exception_handler(code: types.CodeType, offset: int) -> ExceptionEntry | None:
+    for entry in exception_table(code):
+        if entry.start <= offset < entry.end:
+            return entry
+    return None
+
+
 class Frame:
     def __init__(self, tx: Tracer, code: types.CodeType, f_globals: dict, local_vars: dict[str, Var],
                  cells: dict[str, CellVar]):
@@ -135,7 +187,11 @@ class Frame:
                 fn = HANDLERS.get(inst.opname)
                 if fn is None:
                     raise Unsupported(f"the bytecode instruction {inst.opname} is not supported")
-                fn(self, inst)
+                try:
+                    fn(self, inst)
+                except ObservedException as e:
+                    if not self.catch(e, inst):
+                        raise
         except _Return as r:
             return r.value
         except Unsupported as e:
@@ -155,6 +211,25 @@ class Frame:
             raise
         finally:
             self.tx.frames.pop()
+
+    def catch(self, exc: ObservedException, inst: dis.Instruction) -> bool:
+        """Follow the code's exception table for an exception raised by ``inst`` (here or in a
+        call it made): when a handler of this frame covers it, jump there as CPython would."""
+        if not exc.certain or self.yielded is not None:
+            return False
+        entry = exception_handler(self.code, inst.offset)
+        if entry is None:
+            return False
+        from fireclay_capture.variables.exceptions import exception_value
+
+        value = exception_value(exc)
+        del self.stack[entry.depth:]
+        if entry.lasti:
+            self.push(const(inst.offset))
+        self.push(value)
+        self.kw_names = ()
+        self.jump_to(entry.target)
+        return True
 
     def run_generator(self) -> IteratorVar:
         """Run a generator to exhaustion at trace time; its yields become an iterator's items."""

@@ -1,4 +1,4 @@
-"""Jumps and branches, returns, generators' yields, ``with`` blocks, raise."""
+"""Jumps and branches, returns, generators' yields, ``with`` blocks."""
 
 from __future__ import annotations
 
@@ -105,16 +105,7 @@ def before_with(frame: Frame, inst) -> None:
     frame.push(enter(frame.tx))
 
 
-@handler("RAISE_VARARGS")
-def raise_varargs(frame: Frame, inst) -> None:
-    what = ""
-    if inst.arg >= 1:
-        exc = frame.stack[-1] if inst.arg == 1 else frame.stack[-2]
-        what = f" ({exc})"
-    raise Unsupported(f"the code raises an exception{what}")
-
-
-@handler("RERAISE", "PUSH_EXC_INFO", "POP_EXCEPT", "CHECK_EXC_MATCH", "WITH_EXCEPT_START",
-         "CLEANUP_THROW", "SETUP_FINALLY", "SETUP_WITH", "SETUP_CLEANUP")
+@handler("CLEANUP_THROW", "SETUP_FINALLY", "SETUP_WITH", "SETUP_CLEANUP", "PREP_RERAISE_STAR",
+         "CHECK_EG_MATCH")
 def exception_path(frame: Frame, inst) -> None:
     raise Unsupported(f"exception handling ({inst.opname})")

@@ -45,7 +45,8 @@ class Var:
         raise Unsupported(f"{self} is not a compile-time constant here")
 
     def getattr(self, tx: TraceState, name: str) -> Var:
-        raise ObservedException(AttributeError, f"{self} has no attribute {name!r} the capture can model")
+        raise ObservedException(AttributeError, f"{self} has no attribute {name!r} the capture can model",
+                                certain=False)
 
     def call(self, tx: TraceState, args: list[Var], kwargs: dict[str, Var]) -> Var:
         raise Unsupported(f"calling {self}")

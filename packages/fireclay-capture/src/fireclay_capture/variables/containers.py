@@ -19,6 +19,13 @@ def _key(tx, v: Var) -> Any:
     return ident
 
 
+def _key_error(k: Any) -> ObservedException:
+    from fireclay_capture.variables.exceptions import ExceptionVar
+
+    return ObservedException(KeyError, repr(k),
+                             value=ExceptionVar(KeyError, [const(k)] if is_constant_value(k) else []))
+
+
 def _index(tx, key: Var, n: int) -> Any:
     k = key.as_python_constant()
     if isinstance(k, bool) or not isinstance(k, (int, slice)):
@@ -204,7 +211,7 @@ class DictVar(Var):
     def getitem(self, tx, key):
         k = _key(tx, key)
         if k not in self.items:
-            raise ObservedException(KeyError, repr(k))
+            raise _key_error(k)
         return self.items[k]
 
     def _mutable(self, tx):
@@ -213,7 +220,7 @@ class DictVar(Var):
     def delitem(self, tx, key):
         k = _key(tx, key)
         if k not in self.items:
-            raise ObservedException(KeyError, repr(k))
+            raise _key_error(k)
         self._mutable(tx)
         del self.items[k]
 
@@ -265,7 +272,7 @@ class DictVar(Var):
                 return self.items.pop(k)
             if len(args) > 1:
                 return args[1]
-            raise ObservedException(KeyError, repr(k))
+            raise _key_error(k)
         if name == "setdefault":
             k = _key(tx, args[0])
             if k not in self.items:

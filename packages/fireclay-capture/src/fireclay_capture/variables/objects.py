@@ -270,7 +270,9 @@ class ClassVar(Var):
         if issubclass(cls, torch.nn.Module):
             return _module_made_in_trace(cls, args, kwargs)
         if issubclass(cls, BaseException):
-            raise Unsupported(f"creating exception {cls.__name__}")
+            from fireclay_capture.variables.exceptions import make_exception
+
+            return make_exception(cls, args, kwargs)
         if issubclass(cls, contextlib._GeneratorContextManagerBase):
             # Its generator runs in steps around the block: it cannot be unrolled at trace time.
             raise Unsupported(f"a generator-based context manager ({cls.__name__})")

@@ -103,7 +103,8 @@ class TensorVar(Var):
         if name == "grad":
             raise Unsupported("reading .grad of a tensor inside the captured function")
         if not hasattr(torch.Tensor, name):
-            raise ObservedException(AttributeError, f"'Tensor' object has no attribute {name!r}")
+            # A tensor may carry attributes of its own that the trace does not see.
+            raise ObservedException(AttributeError, f"'Tensor' object has no attribute {name!r}", certain=False)
         return TensorMethodVar(self, name)
 
     def __repr__(self):
