@@ -47,8 +47,22 @@ def _is_const(v: Var) -> bool:
     return v.is_constant()
 
 
+_SET_OPERATORS = frozenset({operator.or_, operator.and_, operator.sub, operator.xor, operator.ior, operator.iand,
+                            operator.isub, operator.ixor, operator.eq, operator.ne, operator.lt, operator.le,
+                            operator.gt, operator.ge})
+
+
+def _is_set_like(v: Var) -> bool:
+    return isinstance(v, SetVar) or isinstance(v, ConstVar) and isinstance(v.value, (set, frozenset))
+
+
 def apply_operator(tx, fn: Any, args: list[Var]) -> Var:
     """``fn(*args)`` for an ``operator`` function."""
+    if fn in _SET_OPERATORS and len(args) == 2 and (isinstance(args[0], SetVar) or isinstance(args[1], SetVar)) \
+            and _is_set_like(args[0]) and _is_set_like(args[1]):
+        if isinstance(args[0], SetVar):
+            return args[0].binary(tx, fn, args[1])
+        return args[1].binary(tx, fn, args[0], reflected=True)
     if any(isinstance(a, TensorVar) for a in args):
         if fn not in TENSOR_OPERATORS:
             raise Unsupported(f"operator.{fn.__name__} on a tensor")
@@ -280,8 +294,13 @@ def _sequence(tx, typ, args: list[Var]) -> Var:
     if typ is tuple:
         return TupleVar(items)
     if typ is set or typ is frozenset:
+        if args and isinstance(args[0], SetVar):  # a copy keeps the original's table, and order
+            copied = args[0]._derived(typ(args[0].real), [])
+            return const(typ(copied.real)) if typ is frozenset else copied
         s = SetVar(items)
-        return const(frozenset(s.items)) if typ is frozenset else s
+        from fireclay_capture.variables.containers import _key
+
+        return const(frozenset(_key(tx, i) for i in items)) if typ is frozenset else s
     raise Unsupported(f"{typ.__name__}()")
 
 

@@ -20,7 +20,7 @@ from fireclay_capture.controls import CaptureWrapper
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.sources import AttrSource, ItemSource, Source, clean_name
 from fireclay_capture.variables.base import ConstVar, is_constant_value
-from fireclay_capture.variables.containers import DictVar, ListVar, TupleVar
+from fireclay_capture.variables.containers import DictVar, ListVar, SetVar, TupleVar
 from fireclay_capture.variables.functions import (
     AutocastVar,
     BuiltinVar,
@@ -133,6 +133,14 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
             g.dict_keys(source, type(value), keys)
         return _remember(tx, value, DictVar({k: wrap(tx, v, ItemSource(source, k) if source else None)
                                              for k, v in value.items()}, source, cls=type(value)))
+    if type(value) is set and all(is_constant_value(v) for v in value):
+        # A set of constants: pinned with its iteration order, which the trace follows.
+        real = value.copy()
+        if list(real) != list(value):
+            raise Unsupported("a set whose copy iterates in another order")
+        if g is not None:
+            g.dict_keys(source, set, list(value))
+        return SetVar([ConstVar(v) for v in real], source, real=real)
     if isinstance(value, logging.Logger):
         _guard_id(g, source, value)
         return LoggerVar(value, source)

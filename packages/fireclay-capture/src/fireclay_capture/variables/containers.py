@@ -319,48 +319,126 @@ def _note_change(tx, var, what: str) -> None:
 
 
 class SetVar(Var):
-    """A set of constants (or identities) built inside the trace."""
+    """A set of constants (or objects compared by identity), made in the trace or read from a
+    source. Its members' keys are kept in a real Python ``set`` (``real``) and every operation is
+    the same operation on that set, so iteration follows the order eager's set would have (string
+    hashes differ between processes, and a set's order depends on its history)."""
 
-    def __init__(self, items: list[Var]):
-        self.items: dict[Any, Var] = {}
+    _MUTATING = frozenset({"add", "discard", "remove", "pop", "clear", "update", "intersection_update",
+                           "difference_update", "symmetric_difference_update"})
+
+    def __init__(self, items: list[Var], source: Source | None = None, real: set | None = None):
+        self.source = source
+        self.vars: dict[Any, Var] = {}  # key -> the Var it stands for
+        self.real: set = set() if real is None else real
         for i in items:
-            self.items.setdefault(_key(None, i), i)
+            k = _key(None, i)
+            self.vars.setdefault(k, i)
+            if real is None:
+                self.real.add(k)
+
+    @property
+    def items(self) -> dict[Any, Var]:
+        return {k: self.vars[k] for k in self.real}
 
     def python_type(self):
         return set
 
     def is_constant(self):
-        return all(v.is_constant() for v in self.items.values())
+        return all(v.is_constant() for v in self.vars.values())
 
     def as_python_constant(self):
-        return set(self.items)
+        return set(self.real)
 
     def unpack(self, tx):
-        return list(self.items.values())
+        return [self.vars[k] for k in self.real]
 
     def truth(self, tx):
-        return bool(self.items)
+        return bool(self.real)
 
     def getattr(self, tx, name):
         return ContainerMethodVar(self, name)
 
+    def contains(self, tx, item: Var) -> bool | None:
+        return _key(tx, item) in self.real
+
+    def _derived(self, real: set, others: list[SetVar]) -> SetVar:
+        out = SetVar([], real=real)
+        for o in (self, *others):
+            for k, v in o.vars.items():
+                out.vars.setdefault(k, v)
+        return out
+
+    def _as_set(self, tx, v: Var) -> SetVar:
+        return v if isinstance(v, SetVar) else SetVar(v.unpack(tx))
+
     def method(self, tx, name, args, kwargs):
-        if name == "add":
-            self.items.setdefault(_key(tx, args[0]), args[0])
+        if kwargs:
+            raise Unsupported(f"set.{name} with keyword arguments")
+        if name in self._MUTATING:
+            if self.source is not None:
+                raise Unsupported(f"set.{name} of a set that exists outside the captured function")
+            note_mutation()
+        others = [self._as_set(tx, a) for a in args] if name not in ("add", "discard", "remove") else []
+        for o in others:
+            for k, v in o.vars.items():
+                self.vars.setdefault(k, v)
+        reals = [o.real for o in others]
+        if name in ("add", "discard", "remove"):
+            k = _key(tx, args[0])
+            if name == "add":
+                self.vars.setdefault(k, args[0])
+                self.real.add(k)
+            elif name == "discard":
+                self.real.discard(k)
+            elif k in self.real:
+                self.real.remove(k)
+            else:
+                raise _key_error(k)
             return const(None)
-        if name in ("update", "union", "intersection", "difference") and self.is_constant():
-            other = {i.as_python_constant() for a in args for i in a.unpack(tx)}
-            mine = set(self.items)
-            result = {"update": mine | other, "union": mine | other,
-                      "intersection": mine & other, "difference": mine - other}[name]
-            if name == "update":
-                for v in other:
-                    self.items.setdefault(v, const(v))
-                return const(None)
-            return SetVar([const(v) for v in result])
+        if name == "pop":
+            if not self.real:
+                raise ObservedException(KeyError, "'pop from an empty set'")
+            return self.vars[self.real.pop()]
+        if name == "clear":
+            self.real.clear()
+            return const(None)
+        if name.endswith("update"):
+            getattr(self.real, name)(*reals)
+            return const(None)
+        if name in ("union", "intersection", "difference", "symmetric_difference", "copy"):
+            return self._derived(getattr(self.real, name)(*reals), others)
+        if name in ("issubset", "issuperset", "isdisjoint"):
+            return const(getattr(self.real, name)(*reals))
         if name == "__contains__":
-            return const(_key(tx, args[0]) in self.items)
+            return const(_key(tx, args[0]) in self.real)
+        if name == "__len__":
+            return const(len(self.real))
         raise Unsupported(f"set.{name}")
+
+    def binary(self, tx, fn, other: Var, reflected: bool = False) -> Var:
+        """``self <op> other`` for the set operators (``|``, ``&``, ``-``, ``^``, comparisons)."""
+        import operator
+
+        o = self._as_set(tx, other) if isinstance(other, (SetVar, ConstVar)) else None
+        if o is None or (isinstance(other, ConstVar) and not isinstance(other.value, (set, frozenset))):
+            raise Unsupported(f"operator.{fn.__name__} on a set and {other}")
+        a, b = (o, self) if reflected else (self, o)
+        if fn in (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge):
+            return const(fn(a.real, b.real))
+        inplace = fn in (operator.ior, operator.iand, operator.isub, operator.ixor)
+        if inplace and not reflected:
+            if self.source is not None:
+                raise Unsupported("changing a set that exists outside the captured function")
+            note_mutation()
+            for k, v in o.vars.items():
+                self.vars.setdefault(k, v)
+            self.real = fn(self.real, o.real)
+            return self
+        return a._derived(fn(a.real, b.real), [b])
+
+    def __repr__(self):
+        return f"SetVar({list(self.unpack(None))!r})"
 
 
 class ContainerMethodVar(Var):
