@@ -548,6 +548,26 @@ def _id(tx, v: Var) -> Var:
 BUILTIN_RULES[inspect.signature] = _signature
 
 
+def _issubclass(tx, cls: Var, classinfo: Var) -> Var:
+    def real_class(v: Var) -> Any:
+        if isinstance(v, BaseListVar):
+            return tuple(real_class(i) for i in v.items)
+        obj = v.identity()
+        if obj is v:
+            raise Unsupported(f"issubclass() of {v}")
+        return obj
+
+    try:
+        return const(issubclass(real_class(cls), real_class(classinfo)))
+    except TypeError as e:
+        raise ObservedException(TypeError, str(e)) from None
+
+
+BUILTIN_RULES[builtins.issubclass] = _issubclass
+
+
+
+
 def call_builtin(tx, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
     rule = BUILTIN_RULES.get(fn)
     if rule is not None:

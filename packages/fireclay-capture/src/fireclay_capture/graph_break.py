@@ -255,8 +255,11 @@ def _realize(spec: Any, results, L: dict, made: dict) -> Any:
     if kind == "seq":
         return rebuild(("seq", spec[1], [("const", _realize(s, results, L, made)) for s in spec[2]]), results, L)
     if kind == "model_output":
-        items = [(k, ("const", _realize(s, results, L, made))) for k, s in spec[2]]
-        return rebuild((kind, spec[1], items), results, L)
+        key = ("spec", id(spec))  # one object for the stack and the locals that share it
+        if key not in made:
+            items = [(k, ("const", _realize(s, results, L, made))) for k, s in spec[2]]
+            made[key] = rebuild((kind, spec[1], items), results, L)
+        return made[key]
     if kind in ("cell", "function"):
         key = ("spec", id(spec))
         if key not in made:

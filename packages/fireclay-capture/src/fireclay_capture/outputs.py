@@ -71,7 +71,13 @@ def output_spec(graph: Graph, var: Var, shapes=None, memo: dict | None = None) -
                 pairs.extend((k, walk(x)) for k, x in v.items.items())
             return objects[id(v)]
         if isinstance(v, ModelOutputVar):
-            return ("model_output", v.cls, [(k, walk(x)) for k, x in v.fields.items()])
+            # One object however often it is reached: a graph break's stack and locals (or two
+            # outputs) share it, and an attribute write between the graphs must reach them all.
+            if id(v) not in objects:
+                named: list[Any] = []
+                objects[id(v)] = ("model_output", v.cls, named)
+                named.extend((k, walk(x)) for k, x in v.fields.items())
+            return objects[id(v)]
         if isinstance(v, NewObjectVar):
             if id(v) not in objects:
                 fields: list[Any] = []
@@ -123,8 +129,10 @@ def rebuild(spec: Any, results, L: dict, made: dict | None = None) -> Any:
             made[id(spec)] = cls((k, rebuild(s, results, L, made)) for k, s in items)
         return made[id(spec)]
     if kind == "model_output":
-        _, cls, items = spec
-        return cls(**{k: rebuild(s, results, L, made) for k, s in items})
+        if id(spec) not in made:
+            _, cls, items = spec
+            made[id(spec)] = cls(**{k: rebuild(s, results, L, made) for k, s in items})
+        return made[id(spec)]
     if kind == "object":
         if id(spec) in made:
             return made[id(spec)]

@@ -101,6 +101,19 @@ class ItemSource(_ChainedSource):
         return f"{self.base.name_hint()}_{self.key}"
 
 
+@dataclass(frozen=True)
+class BuiltinItemSource(ItemSource):
+    """An item of a dict, list or tuple subclass read with the builtin's own ``__getitem__``
+    (the subclass may override it: transformers' ACT2FN builds a module on each lookup)."""
+
+    container: type = dict
+
+    __hash__ = _ChainedSource.__hash__
+
+    def expr(self, consts):
+        return f"{self.container.__name__}.__getitem__({self.base.expr(consts)}, {self.key!r})"
+
+
 def global_source(globals_dict: dict, name: str) -> Source:
     return ItemSource(ConstSource(globals_dict, "G"), name)
 
@@ -118,6 +131,8 @@ def read_source(source: Source, L: dict) -> Any:
         return source.obj
     if isinstance(source, AttrSource):
         return getattr(read_source(source.base, L), source.name)
+    if isinstance(source, BuiltinItemSource):
+        return source.container.__getitem__(read_source(source.base, L), source.key)
     if isinstance(source, ItemSource):
         return read_source(source.base, L)[source.key]
     raise AssertionError(source)

@@ -14,7 +14,7 @@ from fireclay_capture.sources import ConstSource, global_source
 from fireclay_capture.variables.base import NULL, CellVar, ConstVar
 from fireclay_capture.variables.builder import wrap
 from fireclay_capture.variables.functions import SuperVar
-from fireclay_capture.variables.objects import ModuleVar, NewObjectVar, ObjectVar, PyModuleVar
+from fireclay_capture.variables.objects import ModelOutputVar, ModuleVar, NewObjectVar, ObjectVar, PyModuleVar
 from fireclay_capture.variables.owned import OwnedObjectVar
 
 
@@ -211,7 +211,7 @@ def load_super_attr(frame: Frame, inst) -> None:
 def store_attr(frame: Frame, inst) -> None:
     obj = frame.pop()
     value = frame.pop()
-    if isinstance(obj, (NewObjectVar, OwnedObjectVar)):
+    if isinstance(obj, (NewObjectVar, OwnedObjectVar, ModelOutputVar)):
         obj.setattr(frame.tx, inst.argval, value)
         return
     if isinstance(obj, ObjectVar) and _plain_attribute(obj.obj, inst.argval):
@@ -293,8 +293,9 @@ def delete_subscr(frame: Frame, inst) -> None:
     key = frame.pop()
     obj = frame.pop()
     from fireclay_capture.variables.containers import DictVar, ListVar
+    from fireclay_capture.variables.objects import NewObjectVar
 
-    if isinstance(obj, (DictVar, ListVar)):
+    if isinstance(obj, (DictVar, ListVar, NewObjectVar)):
         obj.delitem(frame.tx, key)
         return
     raise Unsupported(f"deleting an item of {obj}")

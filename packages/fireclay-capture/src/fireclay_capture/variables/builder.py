@@ -18,7 +18,7 @@ import torch
 
 from fireclay_capture.controls import CaptureWrapper
 from fireclay_capture.errors import Unsupported
-from fireclay_capture.sources import AttrSource, ItemSource, Source, clean_name
+from fireclay_capture.sources import AttrSource, BuiltinItemSource, ItemSource, Source, clean_name
 from fireclay_capture.variables.base import ConstVar, is_constant_value
 from fireclay_capture.variables.containers import DictVar, ListVar, SetVar, TupleVar
 from fireclay_capture.variables.functions import (
@@ -257,12 +257,14 @@ def wrap_container(tx, value: Any, source: Source | None):
             raise Unsupported("a dict whose keys are not strings or ints")
         if g is not None:
             g.dict_keys(source, type(value), keys)
-        return DictVar({k: wrap(tx, dict.__getitem__(value, k), ItemSource(source, k) if source else None)
+        return DictVar({k: wrap(tx, dict.__getitem__(value, k), BuiltinItemSource(source, k, dict) if source else None)
                         for k in keys}, source, cls=type(value))
     if isinstance(value, (list, tuple)):
         if g is not None:
             g.length(source, type(value), len(value))
-        items = [wrap(tx, v, ItemSource(source, i) if source else None) for i, v in enumerate(value)]
+        base = list if isinstance(value, list) else tuple
+        items = [wrap(tx, v, BuiltinItemSource(source, i, base) if source else None)
+                 for i, v in enumerate(base.__iter__(value))]
         return ListVar(items, source) if isinstance(value, list) else TupleVar(items, source)
     raise Unsupported(f"a {type(value).__name__} seen as a builtin container")
 

@@ -59,6 +59,8 @@ class BaseListVar(Var):
         return type(self)(items)
 
     def method(self, tx, name: str, args: list[Var], kwargs: dict[str, Var]) -> Var:
+        if name == "__getitem__" and len(args) == 1 and not kwargs:
+            return self.getitem(tx, args[0])
         if name == "index" and not kwargs:
             target = _key(tx, args[0])
             for i, item in enumerate(self.items):
@@ -235,6 +237,8 @@ class DictVar(Var):
         return ContainerMethodVar(self, name)
 
     def method(self, tx, name, args, kwargs):
+        if name == "__getitem__" and len(args) == 1 and not kwargs:  # dict.__getitem__(d, k), super()'s
+            return self.getitem(tx, args[0])
         if name == "get":
             k = _key(tx, args[0])
             return self.items.get(k, args[1] if len(args) > 1 else const(None))
@@ -378,7 +382,7 @@ class SetVar(Var):
         if name in self._MUTATING:
             if self.source is not None:
                 raise Unsupported(f"set.{name} of a set that exists outside the captured function")
-            note_mutation()
+            tx.note_mutation()
         others = [self._as_set(tx, a) for a in args] if name not in ("add", "discard", "remove") else []
         for o in others:
             for k, v in o.vars.items():
@@ -430,7 +434,7 @@ class SetVar(Var):
         if inplace and not reflected:
             if self.source is not None:
                 raise Unsupported("changing a set that exists outside the captured function")
-            note_mutation()
+            tx.note_mutation()
             for k, v in o.vars.items():
                 self.vars.setdefault(k, v)
             self.real = fn(self.real, o.real)

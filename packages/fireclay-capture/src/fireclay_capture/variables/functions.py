@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 import types
@@ -13,6 +14,7 @@ import torch
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.sources import AttrSource, ConstSource, ItemSource
 from fireclay_capture.variables.base import CellVar, Var, const
+from fireclay_capture.variables.containers import TupleVar
 
 
 class UserFunctionVar(Var):
@@ -211,6 +213,18 @@ class BuiltinVar(Var):
     def call(self, tx, args, kwargs):
         return tx.call_builtin(self.fn, args, kwargs)
 
+    def getitem(self, tx, key):
+        # ``list[int]``, ``dict[str, Any]``: annotations of a nested def are evaluated as it runs.
+        if isinstance(self.fn, type) and hasattr(self.fn, "__class_getitem__"):
+            def real(v):
+                if isinstance(v, TupleVar):
+                    return tuple(real(i) for i in v.items)
+                obj = v.identity()
+                return v.as_python_constant() if obj is v else obj
+
+            return const(self.fn[real(key)])
+        return super().getitem(tx, key)
+
     def getattr(self, tx, name):
         if isinstance(self.fn, type):
             attr = inspect.getattr_static(self.fn, name, None)
@@ -393,7 +407,7 @@ class SuperVar(Var):
                     return UserMethodVar(UserFunctionVar(attr), self.self_var)
                 if attr is object.__init__ or attr is torch.nn.Module.__init__:
                     raise Unsupported("calling super().__init__ inside the captured function")
-                if klass in (dict, list, tuple) and hasattr(self.self_var, "builtin_view"):
+                if klass in (dict, list, tuple, collections.OrderedDict) and hasattr(self.self_var, "builtin_view"):
                     return self.self_var.builtin_view(tx).getattr(tx, name)
                 return tx.wrap(attr, None)
         raise ObservedException(AttributeError, f"'super' object has no attribute {name!r}")

@@ -298,8 +298,10 @@ def _module_made_in_trace(cls: type, args: list[Var], kwargs: dict[str, Var]) ->
     """``nn.MaxPool1d(k)(x)`` written inside forward: a torch.nn module without parameters or
     buffers, built from constants, is built for real at trace time (its constructor only stores
     its settings) and its forward inlined like any module's, as TorchDynamo does. A module with
-    weights made in forward would get new random weights on every call: that stays a break."""
-    if not (cls.__module__ or "").startswith("torch.nn.modules."):
+    weights made in forward would get new random weights on every call: that stays a break. A
+    module class of a library or user counts when it keeps nn.Module's constructor (an activation
+    whose forward is all it adds): then building it cannot have effects the trace would skip."""
+    if not (cls.__module__ or "").startswith("torch.nn.modules.") and cls.__init__ is not torch.nn.Module.__init__:
         raise Unsupported(f"creating a module ({cls.__name__}) inside the captured function")
     if not all(v.is_constant() for v in [*args, *kwargs.values()]):
         raise Unsupported(f"creating a module ({cls.__name__}) inside the captured function from values "
@@ -440,10 +442,23 @@ class NewObjectVar(Var):
         found = _class_attribute(tx, self, self.cls, name, None)
         if found is not None:
             return found
-        raise ObservedException(AttributeError, f"'{self.cls.__name__}' object has no attribute {name!r}")
+        raise ObservedException(AttributeError, f"'{self.cls.__name__}' object has no attribute {name!r}",
+                                certain=_python_attribute_hook(self.cls, name) is None)
 
     def call(self, tx, args, kwargs):
         return self.getattr(tx, "__call__").call(tx, args, kwargs)
+
+    def setitem(self, tx, key, value):
+        method = self._dunder("__setitem__")  # e.g. UserDict's, which writes self.data
+        if method is None:
+            return super().setitem(tx, key, value)
+        method.call(tx, [key, value], {})
+
+    def delitem(self, tx, key):
+        method = self._dunder("__delitem__")
+        if method is None:
+            raise Unsupported(f"deleting an item of {self}")
+        method.call(tx, [key], {})
 
     def _dunder(self, name: str) -> Var | None:
         fn = inspect.getattr_static(self.cls, name, None)
@@ -625,7 +640,29 @@ class ModelOutputVar(Var):
         return values[k]
 
     def setitem(self, tx, key, value):
-        self.fields[key.as_python_constant()] = value
+        self.set_field(tx, key.as_python_constant(), value)
+
+    def setattr(self, tx, name: str, value: Var) -> None:
+        self.set_field(tx, name, value)
+
+    def set_field(self, tx, name: Any, value: Var) -> None:
+        """``out.name = value`` or ``out[name] = value``: ModelOutput writes both the attribute and
+        the mapping entry (a new entry goes last, where the declaration order may not put it)."""
+        if name not in self.fields:
+            raise Unsupported(f"setting {name!r}, which is not a field of {self.cls.__name__}")
+        is_none = isinstance(value, ConstVar) and value.value is None
+        was_present = name in self.present()
+        if is_none and was_present:
+            # ModelOutput keeps the old mapping entry under a None attribute: not modelled.
+            raise Unsupported(f"setting the field {name!r} of a {self.cls.__name__} back to None")
+        if not is_none and not was_present:
+            names = list(self.fields)
+            later = names[names.index(name) + 1:]
+            if any(n in self.present() for n in later):
+                raise Unsupported(f"setting the field {name!r} of a {self.cls.__name__} after later fields "
+                                  "(its key would go last)")
+        tx.note_mutation()
+        self.fields[name] = value
 
     def unpack(self, tx):
         return [const(k) for k in self.present()]
