@@ -39,6 +39,7 @@ class Outcome:
     dynamo_graphs: int | None = None
     dynamo_breaks: int | None = None
     dynamo_error: str = ""
+    same_as_dynamo: bool = False  # a wrong result that TorchDynamo's graph gives too
     eager_seconds: float = 0.0
     fireclay_seconds: float = 0.0
     dynamo_seconds: float = 0.0
@@ -115,6 +116,7 @@ def summary(outcomes: list[Outcome]) -> dict[str, Any]:
         "correct": by_status["pass"],
         "raised_from_fireclay": by_status["raised"],
         "silently_wrong": sum(1 for o in outcomes if o.status == "wrong" and not o.warnings),
+        "wrong_as_dynamo": sum(1 for o in outcomes if o.status == "wrong" and o.same_as_dynamo),
         "one_graph_no_eager_frame": sum(1 for o in outcomes if o.one_graph),
         "dynamo_one_graph": sum(1 for o in ran if o.dynamo_one_graph),
         "with_eager_frames": sum(1 for o in ran if o.eager_frames),
@@ -169,6 +171,7 @@ def markdown(outcomes: list[Outcome], meta: dict[str, Any]) -> str:
             ("**exceptions escaping `fireclay.compile(model)(...)`**", s["raised_from_fireclay"]),
             ("wrong result", s["by_status"]["wrong"]),
             ("wrong result without any warning", s["silently_wrong"]),
+            ("wrong result, the same as TorchDynamo's (the library's compile path)", s.get("wrong_as_dynamo", 0)),
             ("one graph, no break, no eager frame (fireclay)", s["one_graph_no_eager_frame"]),
             ("one graph, no break (TorchDynamo, same models)", s["dynamo_one_graph"]),
             ("with a frame that ran eagerly", s["with_eager_frames"]),

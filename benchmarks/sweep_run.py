@@ -339,7 +339,13 @@ def _compile_and_compare(ready: _Ready, device: str, dtype: str, mode: str, dyna
             outcome.reason = f"differs from eager at {where} (relative error {worst:.3g})"
 
     if dynamo:
-        _count_dynamo(model, kwargs, mode, outcome)
+        dynamo_result = _count_dynamo(model, kwargs, mode, outcome)
+        if outcome.status == "wrong" and dynamo_result is not None and results:
+            # TorchDynamo's graph gives the same answer: the library takes another path while
+            # compiling (torch.compiler.is_compiling()), so eager is not what compiling can match.
+            outcome.same_as_dynamo = compare(results[0], dynamo_result, outcome.random, tolerance)[0]
+            if outcome.same_as_dynamo:
+                outcome.reason += "; the same as TorchDynamo's result"
     outcome.seconds = round(time.perf_counter() - start, 2)
     return outcome
 
@@ -395,7 +401,7 @@ def _eager_reason(cf: Any, reason: str) -> str:
     return f"{cf.code.co_qualname}: {_first_line(head, 240)}" + (f" [{_short(at.split(' ')[0])}]" if at else "")
 
 
-def _count_dynamo(model: Any, kwargs: dict[str, Any], mode: str, outcome: Outcome) -> None:
+def _count_dynamo(model: Any, kwargs: dict[str, Any], mode: str, outcome: Outcome) -> list[tuple[str, Any]] | None:
     import torch._dynamo
     from torch._dynamo.utils import counters
 
@@ -408,13 +414,16 @@ def _count_dynamo(model: Any, kwargs: dict[str, Any], mode: str, outcome: Outcom
         return gm.forward
 
     t0 = time.perf_counter()
+    result = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _step(torch.compile(model, backend=counting), kwargs, mode,
-                  [p for p in model.parameters() if p.requires_grad])
+            torch.manual_seed(0)
+            result = _step(torch.compile(model, backend=counting), kwargs, mode,
+                           [p for p in model.parameters() if p.requires_grad])
         outcome.dynamo_graphs = len(graphs)
         outcome.dynamo_breaks = int(sum(counters["graph_break"].values()))
     except Exception as exc:
         outcome.dynamo_error = f"{type(exc).__name__}: {_first_line(str(exc), 200)}"
     outcome.dynamo_seconds = round(time.perf_counter() - t0, 3)
+    return result

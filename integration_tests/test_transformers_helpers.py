@@ -55,3 +55,81 @@ def test_t5_model_is_one_graph_and_matches_eager():
         for a, b in zip(_outputs(got), _outputs(want)):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
         assert type(got.past_key_values) is type(want.past_key_values)
+
+
+def _gemma2():
+    c = transformers
+    return c.Gemma2Model(c.Gemma2Config(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, sliding_window=4,
+                                        pad_token_id=0))
+
+
+def _clip():
+    c = transformers
+    text = c.CLIPTextConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                            num_attention_heads=4, max_position_embeddings=16, projection_dim=16)
+    vision = c.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                image_size=16, patch_size=8, projection_dim=16)
+    return c.CLIPModel(c.CLIPConfig(text_config=text.to_dict(), vision_config=vision.to_dict(), projection_dim=16))
+
+
+def test_gemma2_attention_registry_lookup_is_one_graph_and_matches_eager():
+    # Its attention function comes from a Mapping.get over a __getitem__ that raises KeyError.
+    torch.manual_seed(0)
+    model = _gemma2().eval()
+    model.config._attn_implementation = "eager"
+    compiled = fireclay.compile(model, backend="aot_eager", fullgraph=True)
+    for _ in range(2):
+        ids = torch.randint(1, VOCAB, (2, 9))
+        with torch.no_grad():
+            got, want = compiled(ids), model(ids)
+        torch.testing.assert_close(got.last_hidden_state, want.last_hidden_state, rtol=1e-4, atol=1e-4)
+
+
+def test_clip_projections_written_on_model_outputs_are_one_graph_and_match_eager():
+    # get_image_features / get_text_features assign pooler_output on a ModelOutput built in forward.
+    torch.manual_seed(0)
+    model = _clip().eval()
+    compiled = fireclay.compile(model, backend="aot_eager", fullgraph=True)
+    ids, pixels = torch.randint(1, VOCAB, (2, 7)), torch.randn(2, 3, 16, 16)
+    with torch.no_grad():
+        got, want = compiled(input_ids=ids, pixel_values=pixels), model(input_ids=ids, pixel_values=pixels)
+    assert list(got.keys()) == list(want.keys())
+    for a, b in zip(_outputs(got), _outputs(want)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def _paligemma():
+    c = transformers
+    text = c.GemmaConfig(vocab_size=VOCAB + 8, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    vision = c.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                  image_size=16, patch_size=8, projection_dim=32)
+    return c.PaliGemmaModel(c.PaliGemmaConfig(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                              image_token_index=VOCAB + 4, projection_dim=32))
+
+
+@pytest.mark.parametrize("prefix", [False, True], ids=["text_only", "with_token_type_ids"])
+def test_paligemma_matches_the_compile_path_of_transformers(prefix, monkeypatch):
+    # PaliGemma's text model attends bidirectionally (use_bidirectional_attention) but its mask
+    # is causal. In eager, transformers reads the position ids' values, finds no packed
+    # sequences and drops the mask, so attention is bidirectional; while compiling it cannot read
+    # values, keeps the causal mask, and TorchDynamo's graph gives the causal answer. With
+    # token_type_ids (how PaliGemma is used) both paths build the same mask and agree.
+    import transformers.masking_utils as masking
+
+    torch.manual_seed(0)
+    model = _paligemma().eval()
+    ids = torch.randint(1, VOCAB, (2, 8))
+    kwargs = {"token_type_ids": torch.cat([torch.zeros(2, 3), torch.ones(2, 5)], 1).long()} if prefix else {}
+    compiled = fireclay.compile(model, backend="aot_eager", fullgraph=True)
+    with torch.no_grad():
+        got = compiled(input_ids=ids, **kwargs).last_hidden_state
+        eager = model(input_ids=ids, **kwargs).last_hidden_state
+        monkeypatch.setattr(masking, "is_tracing", lambda *a: True)
+        compile_path = model(input_ids=ids, **kwargs).last_hidden_state
+    torch.testing.assert_close(got, compile_path, rtol=1e-4, atol=1e-4)
+    if prefix:
+        torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-4)
+    else:
+        assert (got - eager).abs().max() > 1e-2  # the difference is transformers', not the compiler's
