@@ -294,13 +294,15 @@ def _sequence(tx, typ, args: list[Var]) -> Var:
     if typ is tuple:
         return TupleVar(items)
     if typ is set or typ is frozenset:
-        if args and isinstance(args[0], SetVar):  # a copy keeps the original's table, and order
-            copied = args[0]._derived(typ(args[0].real), [])
-            return const(typ(copied.real)) if typ is frozenset else copied
-        s = SetVar(items)
-        from fireclay_capture.variables.containers import _key
+        from fireclay_capture.variables.containers import real_iterable
 
-        return const(frozenset(_key(tx, i) for i in items)) if typ is frozenset else s
+        # set(x) as eager builds it: a set's table copied, any other iterable added in its order.
+        real, vars_ = real_iterable(tx, args[0]) if args else ((), {})
+        if typ is frozenset:
+            return const(frozenset(real))
+        out = SetVar([], real=set(real))
+        out.vars.update(vars_)
+        return out
     raise Unsupported(f"{typ.__name__}()")
 
 

@@ -76,8 +76,7 @@ def list_extend(frame: Frame, inst) -> None:
 def set_update(frame: Frame, inst) -> None:
     v = frame.pop()
     target = frame.stack[-inst.arg]
-    for item in v.unpack(frame.tx):
-        target.method(frame.tx, "add", [item], {})
+    target.method(frame.tx, "update", [v], {})  # a frozenset constant is merged as CPython merges it
 
 
 @handler("DICT_UPDATE", "DICT_MERGE")

@@ -374,7 +374,10 @@ class SetVar(Var):
         return out
 
     def _as_set(self, tx, v: Var) -> SetVar:
-        return v if isinstance(v, SetVar) else SetVar(v.unpack(tx))
+        real, vars_ = real_iterable(tx, v)
+        out = SetVar([], real=real if isinstance(real, (set, frozenset)) else set(real))  # type: ignore[arg-type]
+        out.vars.update(vars_)
+        return out
 
     def method(self, tx, name, args, kwargs):
         if kwargs:
@@ -383,11 +386,6 @@ class SetVar(Var):
             if self.source is not None:
                 raise Unsupported(f"set.{name} of a set that exists outside the captured function")
             tx.note_mutation()
-        others = [self._as_set(tx, a) for a in args] if name not in ("add", "discard", "remove") else []
-        for o in others:
-            for k, v in o.vars.items():
-                self.vars.setdefault(k, v)
-        reals = [o.real for o in others]
         if name in ("add", "discard", "remove"):
             k = _key(tx, args[0])
             if name == "add":
@@ -400,6 +398,14 @@ class SetVar(Var):
             else:
                 raise _key_error(k)
             return const(None)
+        # The real method on the real keys: a set argument is merged as CPython merges sets (its
+        # table copied), any other iterable added item by item, in its order.
+        reals = []
+        for a in args:
+            real, vars_ = real_iterable(tx, a)
+            for k, v in vars_.items():
+                self.vars.setdefault(k, v)
+            reals.append(real)
         if name == "pop":
             if not self.real:
                 raise ObservedException(KeyError, "'pop from an empty set'")
@@ -411,7 +417,7 @@ class SetVar(Var):
             getattr(self.real, name)(*reals)
             return const(None)
         if name in ("union", "intersection", "difference", "symmetric_difference", "copy"):
-            return self._derived(getattr(self.real, name)(*reals), others)
+            return self._derived(getattr(self.real, name)(*reals), [])
         if name in ("issubset", "issuperset", "isdisjoint"):
             return const(getattr(self.real, name)(*reals))
         if name == "__contains__":
@@ -443,6 +449,22 @@ class SetVar(Var):
 
     def __repr__(self):
         return f"SetVar({list(self.unpack(None))!r})"
+
+
+def real_iterable(tx, v: Var) -> tuple[Any, dict[Any, Var]]:
+    """What a set method or ``set(...)`` receives in eager, as real keys: a set's own table (a
+    SetVar's mirror, a frozenset constant), else the items' keys in iteration order; with the Var
+    each key stands for."""
+    if isinstance(v, SetVar):
+        return v.real, v.vars
+    if isinstance(v, ConstVar) and isinstance(v.value, (set, frozenset)):
+        return v.value, {k: const(k) for k in v.value}
+    items = v.unpack(tx)
+    keys = [_key(tx, i) for i in items]
+    vars_: dict[Any, Var] = {}
+    for k, i in zip(keys, items):
+        vars_.setdefault(k, i)
+    return keys, vars_
 
 
 class ContainerMethodVar(Var):
@@ -499,4 +521,4 @@ def sequence_of(items: list[Var], like: type) -> Var:
 
 
 __all__ = ["BaseListVar", "ConstVar", "ContainerMethodVar", "DictVar", "IteratorVar", "ListVar",
-           "SetVar", "TupleVar", "sequence_of"]
+           "SetVar", "TupleVar", "real_iterable", "sequence_of"]
