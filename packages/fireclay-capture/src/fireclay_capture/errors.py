@@ -39,12 +39,13 @@ class ObservedException(Unsupported):
     dict key), not only the capture's model of a value (an attribute it cannot see)."""
 
     def __init__(self, exc_type: type[BaseException], message: str | None, *, value=None,
-                 certain: bool = True):
+                 certain: bool = True, args_known: tuple | None = None):
         super().__init__(f"{exc_type.__name__}: {message}" if message else exc_type.__name__)
         self.exc_type = exc_type
         self.message = message
         self.value = value  # the ExceptionVar raised, when the traced code made it
         self.certain = certain
+        self.args_known = args_known  # the exception's arguments, when they are constants
 
 
 def format_location(loc: dict | None) -> str:

@@ -20,10 +20,7 @@ def _key(tx, v: Var) -> Any:
 
 
 def _key_error(k: Any) -> ObservedException:
-    from fireclay_capture.variables.exceptions import ExceptionVar
-
-    return ObservedException(KeyError, repr(k),
-                             value=ExceptionVar(KeyError, [const(k)] if is_constant_value(k) else []))
+    return ObservedException(KeyError, repr(k), args_known=(k,) if is_constant_value(k) else ())
 
 
 def _index(tx, key: Var, n: int) -> Any:

@@ -32,9 +32,7 @@ class ExceptionVar(Var):
         if name == "__traceback__":
             return const(None)
         if name == "__class__":
-            from fireclay_capture.variables.builder import wrap
-
-            return wrap(tx, self.cls, None)
+            return tx.wrap(self.cls, None)
         raise Unsupported(f"attribute {name!r} of an exception raised inside the captured function")
 
     def __repr__(self) -> str:
@@ -61,15 +59,15 @@ def exception_value(exc: ObservedException) -> ExceptionVar:
     """The Var of the exception an :class:`ObservedException` stands for."""
     if exc.value is not None:
         return exc.value
+    if exc.args_known is not None:
+        return ExceptionVar(exc.exc_type, [const(a) for a in exc.args_known])
     message = exc.message
     return ExceptionVar(exc.exc_type, [const(message)] if message is not None else [])
 
 
 def raise_value(tx, value: Var, cause: Var | None = None) -> ObservedException:
     """The ObservedException that ``raise value [from cause]`` throws."""
-    from fireclay_capture.variables.objects import ClassVar
-
-    if isinstance(value, ClassVar) or is_exception_class(getattr(value, "identity", lambda: None)()):
+    if not isinstance(value, ExceptionVar):
         cls = value.identity()
         if not is_exception_class(cls):
             raise Unsupported(f"raising {value}, which is not an exception")
