@@ -60,9 +60,11 @@ def apply_operator(tx, fn: Any, args: list[Var]) -> Var:
     """``fn(*args)`` for an ``operator`` function."""
     if fn in _SET_OPERATORS and len(args) == 2 and (isinstance(args[0], SetVar) or isinstance(args[1], SetVar)) \
             and _is_set_like(args[0]) and _is_set_like(args[1]):
-        if isinstance(args[0], SetVar):
-            return args[0].binary(tx, fn, args[1])
-        return args[1].binary(tx, fn, args[0], reflected=True)
+        left, right = args
+        if isinstance(left, SetVar):
+            return left.binary(tx, fn, right)
+        assert isinstance(right, SetVar)
+        return right.binary(tx, fn, left, reflected=True)
     if any(isinstance(a, TensorVar) for a in args):
         if fn not in TENSOR_OPERATORS:
             raise Unsupported(f"operator.{fn.__name__} on a tensor")

@@ -132,7 +132,8 @@ def read_source(source: Source, L: dict) -> Any:
     if isinstance(source, AttrSource):
         return getattr(read_source(source.base, L), source.name)
     if isinstance(source, BuiltinItemSource):
-        return source.container.__getitem__(read_source(source.base, L), source.key)
+        getitem: Any = source.container.__getitem__  # the builtin's, not the subclass's
+        return getitem(read_source(source.base, L), source.key)
     if isinstance(source, ItemSource):
         return read_source(source.base, L)[source.key]
     raise AssertionError(source)

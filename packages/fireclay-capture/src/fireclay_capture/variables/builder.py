@@ -262,9 +262,10 @@ def wrap_container(tx, value: Any, source: Source | None):
     if isinstance(value, (list, tuple)):
         if g is not None:
             g.length(source, type(value), len(value))
-        base = list if isinstance(value, list) else tuple
+        base: type = list if isinstance(value, list) else tuple
+        iterate: Any = base.__iter__  # the builtin's, not a subclass's
         items = [wrap(tx, v, BuiltinItemSource(source, i, base) if source else None)
-                 for i, v in enumerate(base.__iter__(value))]
+                 for i, v in enumerate(iterate(value))]
         return ListVar(items, source) if isinstance(value, list) else TupleVar(items, source)
     raise Unsupported(f"a {type(value).__name__} seen as a builtin container")
 

@@ -301,7 +301,7 @@ def _module_made_in_trace(cls: type, args: list[Var], kwargs: dict[str, Var]) ->
     weights made in forward would get new random weights on every call: that stays a break. A
     module class of a library or user counts when it keeps nn.Module's constructor (an activation
     whose forward is all it adds): then building it cannot have effects the trace would skip."""
-    if not (cls.__module__ or "").startswith("torch.nn.modules.") and cls.__init__ is not torch.nn.Module.__init__:
+    if not (cls.__module__ or "").startswith("torch.nn.modules.") and inspect.getattr_static(cls, "__init__") is not torch.nn.Module.__init__:
         raise Unsupported(f"creating a module ({cls.__name__}) inside the captured function")
     if not all(v.is_constant() for v in [*args, *kwargs.values()]):
         raise Unsupported(f"creating a module ({cls.__name__}) inside the captured function from values "
