@@ -361,3 +361,53 @@ def test_failed_guard_is_described_by_its_kind(kind):
     [(_, install, L, expected)] = [row for row in _guard_failures() if row[0] == kind]
     message = _failure(install, L)
     assert message is not None and message.startswith(expected), message
+
+
+class Flagged(nn.Module):
+    def __init__(self, flag):
+        super().__init__()
+        self.flag = flag
+
+    def forward(self, x):
+        if self.flag is None:
+            return x - 1
+        if self.flag is False:
+            return x * 2
+        if self.flag is True:
+            return x * 3
+        return x + self.flag  # 0 and 0.0 compare equal to False: they must not share its entry
+
+
+def test_singleton_constants_are_guarded_by_identity():
+    m = Flagged(None)
+    cf = capture(m, fullgraph=True)
+    x = torch.randn(3)
+    values = [None, False, 0, 0.0, True, 1, None, False]
+    for value in values:
+        m.flag = value
+        torch.testing.assert_close(cf(x), m(x))
+    assert cf.stats.captures == 6  # None, False, 0, 0.0, True, 1; then hits
+    source = cf.cache.entries[0].guards.source
+    flag_line = next(line for line in source.splitlines() if ".flag" in line)
+    name = flag_line.split("=")[0].strip()
+    check = next(line for line in source.splitlines() if line.strip().startswith(f"if {name} ")
+                 or f"({name})" in line)
+    assert check.strip() == f"if {name} is not k{check.split(' is not k')[1].split(':')[0]}: return None"
+
+
+def test_a_type_checked_once_is_not_checked_again():
+    from fireclay_capture.guards import GuardSet
+    from fireclay_capture.sources import LocalSource
+
+    guards = GuardSet()
+    d = LocalSource("d")
+    guards.type_is(d, dict)
+    guards.dict_keys(d, dict, ["a", "b"])
+    guards.length(d, dict, 2)
+    compiled = guards.compile([d])
+    assert compiled.source.count("type(v0) is not") == 1, compiled.source
+    value = {"a": 1, "b": 2}
+    assert compiled({"d": value}) == [value]
+    for other in ({"a": 1}, {"b": 1, "a": 2}, [("a", 1), ("b", 2)], None):
+        assert compiled({"d": other}) is None
+        assert compiled.first_failure({"d": other}) is not None

@@ -156,6 +156,11 @@ class GuardSet:
         return CompiledGuards(self.guards, input_sources)
 
 
+def _is_singleton(value: Any) -> bool:
+    """Whether ``value`` is the only object of its type and value (an identity test suffices)."""
+    return value is None or value is True or value is False or value is Ellipsis or value is NotImplemented
+
+
 def _freeze(value: Any) -> Any:
     try:
         hash(value)
@@ -203,6 +208,7 @@ class CompiledGuards:
             return name
 
         tagged: list[tuple[int, int]] = []  # (first line of the guard, guard index)
+        typed: dict[str, type] = {}  # local name -> the type an earlier line checked it has
         for index, g in enumerate(guards):
             tagged.append((len(lines), index))
             if g.kind == "expr":
@@ -214,18 +220,27 @@ class CompiledGuards:
             if g.source is None:  # pragma: no cover - only expr and global_state guards have none
                 raise AssertionError(f"a {g.kind} guard without a source")
             v = ref(g.source)
+
+            def type_check(v: str, typ: type) -> str:
+                # a type already checked on an earlier line of this value holds here too
+                return "" if typed.get(v) is typ else f"type({v}) is not {const(typ)} or "
+
             if g.kind == "type":
                 lines.append(f"if type({v}) is not {const(g.data)}: return None")
+                typed[v] = g.data
             elif g.kind == "id":
                 lines.append(f"if {v} is not {const(g.data)}: return None")
+            elif g.kind == "equals" and _is_singleton(g.data):
+                # None, True, False, ...: being that object is having its type and value
+                lines.append(f"if {v} is not {const(g.data)}: return None")
             elif g.kind == "equals":
-                lines.append(f"if type({v}) is not {const(type(g.data))} or {v} != {const(g.data)}: return None")
+                lines.append(f"if {type_check(v, type(g.data))}{v} != {const(g.data)}: return None")
             elif g.kind == "len":
                 typ, n = g.data
-                lines.append(f"if type({v}) is not {const(typ)} or len({v}) != {n}: return None")
+                lines.append(f"if {type_check(v, typ)}len({v}) != {n}: return None")
             elif g.kind == "dict_keys":
                 typ, keys = g.data
-                lines.append(f"if type({v}) is not {const(typ)} or list({v}) != {const(keys)}: return None")
+                lines.append(f"if {type_check(v, typ)}list({v}) != {const(keys)}: return None")
             elif g.kind == "no_hooks":
                 lines.append(f"if {v}._forward_hooks or {v}._forward_pre_hooks: return None")
             elif g.kind == "not_in":
@@ -237,8 +252,9 @@ class CompiledGuards:
                 lines.append(f"if len({{{ids}}}) != {len(g.data)}: return None")
             elif g.kind == "tensor":
                 typ, dtype, device, shape, stride, rg, dyn = g.data
-                checks = [f"type({v}) is not {const(typ)}", f"{v}.dtype is not {const(dtype)}",
-                          f"{v}.device != {const(device)}", f"{v}.requires_grad is not {rg}"]
+                # cheap first, for the entries a call does not match: a size differs more often
+                # than a dtype; the device last (reading it builds a torch.device)
+                checks = [f"type({v}) is not {const(typ)}"]
                 if dyn:
                     # Strides follow the dynamic sizes: pin the layout by contiguity instead.
                     checks.append(f"{v}.dim() != {len(shape)}")
@@ -246,6 +262,8 @@ class CompiledGuards:
                     checks.append(f"not {v}.is_contiguous()")
                 else:
                     checks += [f"{v}.shape != {shape!r}", f"{v}.stride() != {stride!r}"]
+                checks += [f"{v}.dtype is not {const(dtype)}", f"{v}.requires_grad is not {rg}",
+                           f"{v}.device != {const(device)}"]
                 lines.append("if " + " or ".join(checks) + ": return None")
             else:  # pragma: no cover - the kinds are closed
                 raise AssertionError(g.kind)
