@@ -37,7 +37,6 @@ from fireclay_loops.dtypes import ITEMSIZE
 ARENA_ALIGN = 64  # bytes: each arena buffer starts on a cache line (and any dtype's alignment)
 
 
-
 @dataclass
 class RunSource:
     """One C++ entry that runs consecutive kernels of one library."""
