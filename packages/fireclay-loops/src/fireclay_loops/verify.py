@@ -9,7 +9,7 @@ from typing import Any
 from fireclay_loops import exprs
 from fireclay_loops.errors import SchedulingError
 from fireclay_loops.ir import ExternNode
-from fireclay_loops.kernel import Kernel
+from fireclay_loops.kernel import Kernel, KernelNode
 
 
 def _fail(step: Any, message: str) -> SchedulingError:
@@ -58,7 +58,7 @@ def _check_kernel(k: Kernel, available: set[str], internal: dict[str, str]) -> N
             raise _fail(k, f"{buf} is listed as internal but no node of the kernel writes it")
 
 
-def _check_reduction_loops(k: Kernel, kn) -> None:
+def _check_reduction_loops(k: Kernel, kn: KernelNode) -> None:
     """A reduction node's accumulator runs over exactly the kernel's reduction loops: an outer
     loop of the node turned into one of them would be summed over."""
     body, rvars = kn.node.body, set(k.rvars)
