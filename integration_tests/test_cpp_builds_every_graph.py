@@ -1,6 +1,8 @@
 """The C++ backend builds every aten graph of a small set of models that covers the patterns that
 have broken its builds: rotary embeddings (whole-head and partial, rotate-half written with `cat`),
-grouped-query attention, T5's relative position bias, and convolutions (plain and depthwise).
+grouped-query attention, T5's relative position bias, convolutions (plain and depthwise), pooling
+of a 1x1 feature map (a reduction over extent-1 dimensions fused with a layer norm) and FNet's
+Fourier transforms (complex tensors).
 
 A graph whose C++ does not build still gives the right answer (it runs in the interpreter, with a
 warning), so correctness alone cannot see such a failure: each case here also asserts that no
@@ -51,6 +53,25 @@ def _convnext():
     return transformers.ConvNextModel(config), {"pixel_values": torch.randn(2, 3, 16, 16)}
 
 
+def _convnext_pooling_one_pixel():
+    # the last stage is 1x1: the pooling reduces over extent-1 dimensions, then a layer norm
+    config = transformers.ConvNextConfig(hidden_sizes=[8, 16], depths=[1, 1], num_stages=2, patch_size=4,
+                                         image_size=8)
+    return transformers.ConvNextModel(config), {"pixel_values": torch.randn(2, 3, 8, 8)}
+
+
+def _focalnet():
+    config = transformers.FocalNetConfig(embed_dim=8, depths=[1, 1], focal_levels=[2, 2], focal_windows=[3, 3],
+                                         patch_size=4, image_size=8)
+    return transformers.FocalNetModel(config), {"pixel_values": torch.randn(2, 3, 8, 8)}
+
+
+def _fnet():
+    config = transformers.FNetConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                     max_position_embeddings=64, pad_token_id=0)
+    return transformers.FNetModel(config), {"input_ids": torch.randint(1, VOCAB, (2, 8))}
+
+
 MODELS = {
     "llama": _decoder("LlamaConfig", "LlamaModel"),  # rotary embeddings, grouped-query attention
     "phi3": _decoder("Phi3Config", "Phi3Model"),  # the whole head rotated: `cat` with an empty part
@@ -59,6 +80,9 @@ MODELS = {
     "t5": _t5,  # relative position bias
     "resnet": _resnet,  # convolutions with batch norm
     "convnext": _convnext,  # depthwise convolutions, layer norm over channels
+    "convnext_1x1": _convnext_pooling_one_pixel,  # a reduction over extent-1 dimensions, fused
+    "focalnet": _focalnet,  # the same, after focal modulation
+    "fnet": _fnet,  # complex tensors: Fourier transforms stay library calls
 }
 TRAINED = ["phi3", "t5", "resnet"]  # their backward graphs too
 

@@ -155,6 +155,7 @@ CASES = (
         case("slice.Tensor", A, 1, 2, 7),
         case("slice.Tensor", A, 0, 1, 4, 2, id="slice.step"),
         case("slice.Tensor", A, 1, -3, 9223372036854775807, id="slice.negative_start"),
+        case("slice.Tensor", A, 0, -512, 9223372036854775807, id="slice.start_before_the_first"),
         case("select.int", A, 1, 3),
         case("select.int", T(3, 4, 5), 0, -1, id="select.negative"),
         case("squeeze.dim", T(4, 1, 8), 1),

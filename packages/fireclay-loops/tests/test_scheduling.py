@@ -2,6 +2,7 @@
 
 from hand import Hand, layer_norm_decomposed, softmax_decomposed, t
 
+from fireclay_ir import DType
 from fireclay_loops import lower, schedule
 
 
@@ -344,3 +345,58 @@ def test_recomputation_stops_when_the_consumer_has_grown_enough(monkeypatch):
     assert inlined and k >= 2  # some of the chain recomputed in the consumer, the rest stored
     biggest = max(len(kn.node.body.ops) for kern in s.kernels for kn in kern.nodes)
     assert biggest <= INLINED_BODY_LIMIT * config.max_inline_ops + config.max_inline_ops
+
+
+def _reduction_loops_ok(kernel) -> bool:
+    """Every reduction node of ``kernel`` reduces over exactly the kernel's reduction loops."""
+    rvars = set(kernel.rvars)
+    for kn in kernel.nodes:
+        if kn.node.kind != "reduction":
+            continue
+        body = kn.node.body
+        outer = set().union(*(kn.var_map[v].free_symbols for v in body.vars))
+        inner = set().union(*(kn.var_map[v].free_symbols for v in body.reduction_vars))
+        if outer & rvars or inner != rvars:
+            return False
+    return True
+
+
+def test_a_reduction_over_extent_one_dims_never_runs_as_another_reductions_loop():
+    # ConvNeXt's pooling of a 1x1 feature map: the mean over [H, W] = [1, 1] has no loop of its
+    # own; the layer norm after it reduces over the channels. Fused as pointwise, the mean's
+    # channel loop became the layer norm's reduction loop and the mean summed over channels.
+    h = Hand()
+    x, w, b = h.input("x", 2, 64, 1, 1), h.input("w", 64), h.input("b", 64)
+    pooled = h.op("mean.dim", x, [-2, -1], out=t(2, 64))
+    out = h.op("native_layer_norm.default", pooled, [64], w, b, 1e-6, out=[t(2, 64), t(2, 1), t(2, 1)])
+    s, _, _ = kernels(h.program(out[0]))
+    assert all(_reduction_loops_ok(k) for k in s.kernels)
+    assert any(k.rsizes == [64] for k in s.kernels)
+
+
+def test_reductions_over_extent_one_dims_still_fuse_with_their_pointwise_neighbours():
+    h = Hand()
+    x = h.input("x", 8, 1, 16)
+    e = h.op("exp.default", x, out=t(8, 1, 16))
+    s1 = h.op("sum.dim_IntList", e, [1], False, out=t(8, 16))
+    s, k, _ = kernels(h.program(h.op("neg.default", s1, out=t(8, 16))))
+    assert k == 1
+    assert all(_reduction_loops_ok(kern) for kern in s.kernels)
+
+
+def test_ops_on_complex_tensors_are_library_calls():
+    # Loop bodies have no complex arithmetic: a cast to complex, an FFT, a complex product and
+    # the view back to real numbers are all calls; only real-valued math becomes kernels.
+    h = Hand()
+    x = h.input("x", 4, 8)
+    z = h.op("_to_copy.default", x, dtype=DType("complex64"), out=t(4, 8, dtype="complex64"))
+    f = h.op("_fft_c2c.default", z, [1], 0, True, out=t(4, 8, dtype="complex64"))
+    p = h.op("mul.Tensor", f, z, out=t(4, 8, dtype="complex64"))
+    r = h.op("view_as_real.default", p, out=t(4, 8, 2))
+    s, _, _ = kernels(h.program(h.op("add.Tensor", h.op("select.int", r, 2, 0, out=t(4, 8)), x, out=t(4, 8))))
+    ops = [step.op for step in s.extern_calls]
+    assert ops == ["aten::_to_copy.default", "aten::_fft_c2c.default", "aten::mul.Tensor",
+                   "aten::view_as_real.default"]
+    complex_bufs = {n for n, b in s.program.buffers.items() if b.dtype == "complex64"}
+    for k in s.kernels:
+        assert not (set(k.read_buffers()) | set(k.write_buffers())) & complex_bufs

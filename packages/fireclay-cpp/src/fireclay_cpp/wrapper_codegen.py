@@ -32,11 +32,9 @@ from fireclay_cpp.errors import CodegenError
 from fireclay_cpp.prelude import CTYPES
 from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram, TensorArg
 from fireclay_loops.backend import WrapperText, py_expr, py_shape
+from fireclay_loops.dtypes import ITEMSIZE
 
 ARENA_ALIGN = 64  # bytes: each arena buffer starts on a cache line (and any dtype's alignment)
-
-_ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-             "int8": 1, "uint8": 1, "bool": 1}
 
 
 @dataclass
@@ -266,7 +264,7 @@ class _Gen:
         if b in self.arena:
             dtype = self.prog.buffers[b].dtype
             self.typed_arena[dtype] = None
-            start = sympy.sympify(offset) + self.arena[b] // _ITEMSIZE[dtype]
+            start = sympy.sympify(offset) + self.arena[b] // ITEMSIZE[dtype]
             text = f"arena_{dtype}.as_strided({py_shape(size)}, {py_shape(stride)}, {py_expr(start)})"
             if not all(sympy.sympify(x).is_Integer for x in (*size, *stride, start)):
                 return text, True  # a symbolic view

@@ -12,6 +12,8 @@ ITEMSIZE = {
     "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complex32": 4,
 }
 FLOATS = ("float64", "float32", "float16", "bfloat16")
+# Loop bodies have no complex arithmetic: ops on complex tensors stay calls into the library.
+COMPLEX = ("complex32", "complex64", "complex128")
 INTS = ("int64", "int32", "int16", "int8", "uint8", "uint16", "uint32", "uint64")
 # Ordered low to high, as torch's promotion lattice orders them within one category.
 _RANK = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
@@ -19,6 +21,10 @@ _RANK = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat1
 
 def is_float(dtype: str) -> bool:
     return dtype in FLOATS
+
+
+def is_complex(dtype: str) -> bool:
+    return dtype in COMPLEX
 
 
 def is_int(dtype: str) -> bool:

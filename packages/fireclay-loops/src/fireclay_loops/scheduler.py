@@ -88,6 +88,12 @@ class Group:
             self._accesses[which] = out
         return self._accesses[which]
 
+    @property
+    def reduces(self) -> bool:
+        """Whether a node of it reduces: even over no loop at all (a reduction over extent-1
+        dimensions keeps its accumulator, once per point)."""
+        return any(n.kind == "reduction" for n in self.nodes)
+
     def reads(self) -> set[str]:
         return self._reads
 
@@ -138,7 +144,9 @@ def _candidate_maps(base: Group, other: Group) -> list[dict[Any, Any]]:
     br = [exprs.symbol(f"r{j}") for j in range(len(base.rsizes))]
     ox = [exprs.symbol(f"x{j}") for j in range(len(other.xsizes))]
     orr = [exprs.symbol(f"r{j}") for j in range(len(other.rsizes))]
-    if other.rsizes:
+    if other.rsizes or other.reduces:
+        # (a reduction over no loop is no pointwise node: its accumulator takes one value per
+        # point of its own loops, so none of them may become the base's reduction loops)
         if _same_sizes(base.xsizes, other.xsizes) and _same_sizes(base.rsizes, other.rsizes):
             return [dict(zip(ox, bx)) | dict(zip(orr, br))]
         return []
@@ -271,7 +279,7 @@ def try_fuse(state: FusionState, a: Group, b: Group, graph: StepGraph | None = N
 def legal_merge(a: Group, b: Group, position: dict[str, int]) -> tuple[Group | None, str]:
     """``a`` (the earlier) and ``b`` merged over one iteration space, if their loops can be
     matched so that every buffer passed between them is read where it is written."""
-    if a.rsizes and b.rsizes or not b.rsizes:
+    if a.rsizes and b.rsizes or not b.rsizes and not (b.reduces and not a.reduces):
         base, other = a, b
     else:
         base, other = b, a

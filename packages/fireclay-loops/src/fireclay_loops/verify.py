@@ -9,7 +9,7 @@ from typing import Any
 from fireclay_loops import exprs
 from fireclay_loops.errors import SchedulingError
 from fireclay_loops.ir import ExternNode
-from fireclay_loops.kernel import Kernel
+from fireclay_loops.kernel import Kernel, KernelNode
 
 
 def _fail(step: Any, message: str) -> SchedulingError:
@@ -40,6 +40,8 @@ def _check_kernel(k: Kernel, available: set[str], internal: dict[str, str]) -> N
             if target in sizes and not exprs.equal(sizes[target], n):
                 raise _fail(k, f"{kn.node.name}: {v} runs to {exprs.to_str(n)} but {target} runs to "
                                f"{exprs.to_str(sizes[target])}")
+        if kn.node.kind == "reduction":
+            _check_reduction_loops(k, kn)
         for buf, index, _ in kn.reads():
             if buf in written:
                 if buf in k.internal and not exprs.equal(written[buf], index):
@@ -54,6 +56,20 @@ def _check_kernel(k: Kernel, available: set[str], internal: dict[str, str]) -> N
     for buf in k.internal:
         if buf not in written:
             raise _fail(k, f"{buf} is listed as internal but no node of the kernel writes it")
+
+
+def _check_reduction_loops(k: Kernel, kn: KernelNode) -> None:
+    """A reduction node's accumulator runs over exactly the kernel's reduction loops: an outer
+    loop of the node turned into one of them would be summed over."""
+    body, rvars = kn.node.body, set(k.rvars)
+    outer = set().union(*(kn.var_map[v].free_symbols for v in body.vars))
+    inner = set().union(*(kn.var_map[v].free_symbols for v in body.reduction_vars))
+    if outer & rvars:
+        raise _fail(k, f"{kn.node.name}: an outer loop of this reduction runs as the kernel's reduction loop "
+                       f"{', '.join(sorted(str(v) for v in outer & rvars))}")
+    if inner != rvars:
+        raise _fail(k, f"{kn.node.name}: its reduction runs over {sorted(str(v) for v in inner)} but the kernel's "
+                       f"reduction loops are {sorted(str(v) for v in rvars)}")
 
 
 def verify_schedule(scheduled: Any) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import sympy
 
 from fireclay_ir import Program, ScalarType, TensorMeta, Value
-from fireclay_loops import exprs, layout
+from fireclay_loops import dtypes, exprs, layout
 from fireclay_loops.errors import LoweringError
 from fireclay_loops.ir import Buffer, Constant, ExternNode, InputBufferNode, LoopProgram, OutputBufferNode
 from fireclay_loops.lowering import (  # noqa: F401  (importing registers the rules)
@@ -27,7 +27,7 @@ from fireclay_loops.lowering import (  # noqa: F401  (importing registers the ru
     reductions,
     views,
 )
-from fireclay_loops.lowering.context import SAVED_OUTPUTS, LoweringContext, convert_arg, fallback
+from fireclay_loops.lowering.context import SAVED_OUTPUTS, LoweringContext, _values_in, convert_arg, fallback
 from fireclay_loops.lowering.registry import LOWERINGS
 from fireclay_loops.lowering.values import BufferValue, GeneratedValue, TensorValue
 
@@ -35,6 +35,13 @@ from fireclay_loops.lowering.values import BufferValue, GeneratedValue, TensorVa
 def lowering_for(target: str) -> Callable[..., Any] | None:
     """The rule that lowers ``aten::<target>``, or None (the op becomes a fallback node)."""
     return LOWERINGS.get(target)
+
+
+def _touches_complex(node: Any) -> bool:
+    """Whether a tensor the node reads or writes is complex: loop bodies cannot compute such
+    values, so the op (views of complex tensors too) is a library call."""
+    values = _values_in(node.args) + _values_in(list(node.kwargs.values())) + list(node.outputs)
+    return any(v.is_tensor and dtypes.is_complex(v.meta.dtype) for v in values)
 
 
 def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
@@ -72,7 +79,7 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
             raise LoweringError(f"fireclay-loops lowers aten-dialect programs; got {node.op}", node)
         args = convert_arg(ctx, node.args)
         kwargs = {k: convert_arg(ctx, v) for k, v in node.kwargs.items()}
-        rule = lowering_for(node.target)
+        rule = None if _touches_complex(node) else lowering_for(node.target)
         result = rule(ctx, *args, **kwargs) if rule is not None else fallback(ctx)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         if len(results) != len(node.outputs):

@@ -160,11 +160,14 @@ def lower_expand(ctx, x, size, implicit=False):
 def _slice(x, dim, start, end, step):
     n = x.size[dim]
     start = 0 if start is None else start
-    if isinstance(start, int) and start < 0:
-        start = start + n
+    if exprs.to_static(start) is not None:
+        start = exprs.to_static(start)
     static_n = exprs.to_static(n)
-    if static_n is not None and isinstance(start, int):
-        start = max(0, min(start, static_n))
+    if isinstance(start, int) and static_n is not None:
+        # (clamped as Python clamps: `x[-512:]` of 8 rows starts at row 0)
+        start = max(0, min(start + static_n if start < 0 else start, static_n))
+    elif isinstance(start, int) and start < 0:
+        start = start + n
     size = list(x.size)
 
     def index_map(idx):
