@@ -310,6 +310,11 @@ class _Functionalizer:
             for old in node.outputs:
                 self.env[old] = rebound
             return
+        if overload.namespace != "aten":
+            written = ", ".join(repr(overload._schema.arguments[i].name) for i in writes)
+            raise IRError(f"custom operator {node.op} writes into its argument {written}; a graph keeps such a "
+                          "write only when run in the interpreter (a functional custom operator that returns "
+                          "the new value compiles)")
         functional = functional_variant(overload)
         extra_outputs = False
         if functional is None:
