@@ -13,7 +13,7 @@ from torch import Tensor
 
 from fireclay_autograd import aot_graphs, compile_program, trace_to_aten
 from fireclay_autograd.convert import tensor_meta
-from fireclay_ir import Graph, IRError, Program, dumps, interpret, loads, register_callable
+from fireclay_ir import Graph, IRError, Program, dumps, interpret, loads, register_callable, verify
 
 LIB = "fireclay_autograd_test"
 ops = getattr(torch.ops, LIB)
@@ -103,6 +103,7 @@ def test_one_node_per_call_with_the_fake_kernels_metadata(shape):
     calls = [n for n in aten.main.nodes if n.op == CUSTOM]
     assert len(calls) == 1 and len(calls[0].outputs) == 2
     assert [tuple(o.meta.shape) for o in calls[0].outputs] == [shape, shape]
+    verify(aten)  # the call binds to the op's schema
     # the aten program is a document like any other in this process: saved, loaded, run
     x = inputs[0]
     (out,) = interpret(loads(dumps(aten)), *inputs)
