@@ -1,7 +1,7 @@
 """``torch.library`` custom operators at the aten level: one node per call
 (``aten::<ns>::<op>.<overload>``, output metadata from the fake kernel), the backward through the
 op's autograd formula, the aten program saved and loaded in this process, and a mutating op
-refused by functionalization with the reason. Built by hand as capture records such calls:
+functionalized through a functional form that keeps its write. Built by hand as capture records such calls:
 ``torch::torch.ops.<ns>.<op>.<overload>``, a callable registered in this process."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch import Tensor
 
 from fireclay_autograd import aot_graphs, compile_program, trace_to_aten
 from fireclay_autograd.convert import tensor_meta
-from fireclay_ir import Graph, IRError, Program, dumps, interpret, loads, register_callable, verify
+from fireclay_ir import Graph, Program, dumps, interpret, loads, register_callable, verify
 
 LIB = "fireclay_autograd_test"
 ops = getattr(torch.ops, LIB)
@@ -128,7 +128,20 @@ def test_the_backward_calls_the_ops_formula():
     assert backward_ops.count(CUSTOM_BACKWARD) == 1 and CUSTOM not in backward_ops
 
 
-def test_a_mutating_custom_op_is_refused_with_its_written_argument():
-    inputs = [torch.randn(3), torch.randn(3)]
-    with pytest.raises(IRError, match=r"write_half.default writes into its argument 'out'"):
-        trace_to_aten(_program(inputs, mutate=True), inputs)
+def writes_half(x, w):
+    ops.write_half(x, w)
+    return x * 3
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_mutating_custom_op_becomes_its_functional_form(seed):
+    torch.manual_seed(seed)
+    inputs = [torch.randn(5), torch.randn(5)]
+    aten = trace_to_aten(_program(inputs, mutate=True), inputs)
+    ops_used = [n.op for n in aten.main.nodes]
+    assert f"aten::fireclay_functional::{LIB}__write_half__default.default" in ops_used
+    assert not any("write_half.default" in op for op in ops_used if "fireclay_functional" not in op)
+    compiled = compile_program(_program(inputs, mutate=True), inputs)
+    ours, theirs = [t.clone() for t in inputs], [t.clone() for t in inputs]
+    torch.testing.assert_close(compiled(*ours)[0], writes_half(*theirs))
+    torch.testing.assert_close(ours[0], theirs[0])  # the write into x reached the caller's tensor
