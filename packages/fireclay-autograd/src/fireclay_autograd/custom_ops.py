@@ -63,16 +63,16 @@ def _functional_call(op: torch._ops.OpOverload, written: list[int], num_returns:
     names = [a.name for a in op._schema.arguments]
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        args = list(args)
+        positional = list(args)
         clones = []
         for i in written:
-            if i < len(args):
-                args[i] = args[i].clone()
-                clones.append(args[i])
+            if i < len(positional):
+                positional[i] = positional[i].clone()
+                clones.append(positional[i])
             else:
                 kwargs[names[i]] = kwargs[names[i]].clone()
                 clones.append(kwargs[names[i]])
-        result = op(*args, **kwargs)
+        result = op(*positional, **kwargs)
         results = [] if num_returns == 0 else list(result) if num_returns > 1 else [result]
         out = (*results, *clones)
         return out[0] if len(out) == 1 else out
