@@ -19,7 +19,18 @@ from typing import Any
 import torch
 
 from fireclay_autograd.convert import evaluate, from_ir_atom
-from fireclay_ir import Graph, IRError, Node, Program, RunLimitError, RunLimits, SymExpr, Value, lookup_op, map_values
+from fireclay_ir import (
+    Graph,
+    IRError,
+    Node,
+    Program,
+    RunLimitError,
+    RunLimits,
+    SymExpr,
+    Value,
+    lookup_op,
+    map_values,
+)
 from fireclay_ir.dialects import custom_op_name, is_custom_op, register_custom_op
 
 _TORCH_ROOTS: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor, "operator": operator, "math": math}
