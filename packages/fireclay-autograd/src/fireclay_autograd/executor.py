@@ -19,7 +19,19 @@ from typing import Any
 import torch
 
 from fireclay_autograd.convert import evaluate, from_ir_atom
-from fireclay_ir import Graph, IRError, Node, Program, RunLimitError, RunLimits, SymExpr, Value, map_values
+from fireclay_ir import (
+    Graph,
+    IRError,
+    Node,
+    Program,
+    RunLimitError,
+    RunLimits,
+    SymExpr,
+    Value,
+    lookup_op,
+    map_values,
+)
+from fireclay_ir.dialects import custom_op_name, is_custom_op, register_custom_op
 
 _TORCH_ROOTS: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor, "operator": operator, "math": math}
 _OVERLOAD_PACKETS = {"aten": torch.ops.aten, "prims": torch.ops.prims}
@@ -35,8 +47,12 @@ def resolve_op(op: str) -> Callable:
 
 
 def aten_overload(op: str) -> torch._ops.OpOverload:
-    """``aten::add.Tensor`` -> ``torch.ops.aten.add.Tensor``."""
+    """``aten::add.Tensor`` -> ``torch.ops.aten.add.Tensor``; a custom operator
+    (``aten::mylib::scale.default``) resolves only when this process registered it (see
+    :func:`op_name`), never by a document's say-so."""
     dialect, _, target = op.partition("::")
+    if is_custom_op(op):
+        return lookup_op(op).target()
     packets = _OVERLOAD_PACKETS.get(dialect)
     if packets is None:
         raise IRError(f"{op!r} is not an aten or prims op")
@@ -48,13 +64,26 @@ def aten_overload(op: str) -> torch._ops.OpOverload:
 
 
 def op_name(overload: torch._ops.OpOverload) -> str:
-    """``torch.ops.aten.add.Tensor`` -> ``aten::add.Tensor``."""
-    return f"{overload.namespace}::{overload._opname}.{overload._overloadname}"
+    """``torch.ops.aten.add.Tensor`` -> ``aten::add.Tensor``. A ``torch.library`` operator of
+    another namespace is a custom op of the aten dialect (``aten::mylib::scale.default``),
+    registered in this process on first sight so that graphs naming it verify and run."""
+    namespace = overload.namespace
+    if namespace in _OVERLOAD_PACKETS:
+        return f"{namespace}::{overload._opname}.{overload._overloadname}"
+    name = custom_op_name(namespace, overload._opname, overload._overloadname)
+    try:
+        registered = lookup_op(name).resolve
+    except IRError:
+        registered = None
+    if registered is None or registered() is not overload:
+        register_custom_op(name, str(overload._schema), lambda: overload,
+                           tags=tuple(str(t).split(".")[-1] for t in overload.tags))
+    return name
 
 
 def _resolve(op: str) -> Callable:
     dialect, _, target = op.partition("::")
-    if dialect in _OVERLOAD_PACKETS:
+    if dialect in _OVERLOAD_PACKETS or is_custom_op(op):
         return aten_overload(op)
     if dialect != "torch":
         raise IRError(f"cannot run op {op!r}: this executor knows the torch, aten and prims dialects")

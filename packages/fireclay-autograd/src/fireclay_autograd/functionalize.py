@@ -28,6 +28,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fireclay_autograd.convert import evaluate, from_ir_atom, same_dims, scalar_type, tensor_meta, to_ir_atom
+from fireclay_autograd.custom_ops import functional_form
 from fireclay_autograd.executor import aten_overload, op_name
 from fireclay_autograd.fake import FakeMode, FakeTensor, fake_of_meta, mode_for, torch_dim
 from fireclay_autograd.tracer import functional_variant
@@ -310,6 +311,9 @@ class _Functionalizer:
             for old in node.outputs:
                 self.env[old] = rebound
             return
+        if overload.namespace != "aten":
+            self.visit_custom_mutation(node, overload, targets)
+            return
         functional = functional_variant(overload)
         extra_outputs = False
         if functional is None:
@@ -334,6 +338,16 @@ class _Functionalizer:
         self.write(self.env[targets[0]], outs[0])
         for old in node.outputs:
             self.env[old] = self.env[targets[0]]
+
+    def visit_custom_mutation(self, node: Node, overload, targets: list[Value]) -> None:
+        """A custom operator that writes into arguments becomes its functional form (see
+        :mod:`fireclay_autograd.custom_ops`): the operator's results, then the written
+        arguments' new values, written back where the operator wrote."""
+        outs = self.emit(op_name(functional_form(overload)), self.arg(node.args), self.arg(node.kwargs))
+        n = len(overload._schema.returns)  # an op returning nothing was recorded with one None result
+        self.bind_fresh(node, outs[:n])
+        for target, new in zip(targets, outs[n:]):
+            self.write(self.env[target], new)
 
     def _written_arg(self, node: Node, overload, index: int) -> Value:
         arg = overload._schema.arguments[index]

@@ -244,6 +244,8 @@ _FUNCTIONAL_OVERLOADS = {("bernoulli_", "float"): ("bernoulli", "p")}
 def functional_variant(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     """``aten.add_.Tensor`` -> ``aten.add.Tensor`` (the same overload without the trailing
     underscore), when torch has it."""
+    if func.namespace != "aten":
+        return None  # a custom operator's name says nothing of its functional twin
     special = _FUNCTIONAL_OVERLOADS.get((func._opname, func._overloadname))
     if special is not None:
         return getattr(getattr(torch.ops.aten, special[0]), special[1])

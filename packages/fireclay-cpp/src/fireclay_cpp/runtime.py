@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from fireclay_cpp.errors import CppBackendError
+from fireclay_ir.dialects import is_custom_op
 from fireclay_loops.backend.runtime import CompiledCall, bound_op, input_base
 from fireclay_loops.backend.runtime import aten_op as shared_aten_op
 from fireclay_loops.backend.runtime import conform as conform  # re-exported for the wrapper
@@ -43,7 +44,7 @@ _OUT_COPIES = {"aten::convolution.default"}
 def out_argument(name: str) -> str | None:
     """The name of the single ``out=`` argument of ``name``'s ``out`` overload, when it has one
     taking the same arguments and returning one tensor; else None."""
-    if name in _OUT_COPIES:
+    if name in _OUT_COPIES or is_custom_op(name):  # a custom operator's out= form is not known to be one
         return None
     try:
         op = aten_op(name)

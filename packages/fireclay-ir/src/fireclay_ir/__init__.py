@@ -59,6 +59,7 @@ from fireclay_ir.dialects import (  # noqa: E402
     get_dialect,
     lookup_op,
     register_callable,
+    register_custom_op,
     register_dialect,
 )
 from fireclay_ir.fx_interop import FxConversionError, from_fx, to_fx  # noqa: E402
@@ -70,7 +71,8 @@ from fireclay_ir.verifier import VerificationError, check_boundary, verify, veri
 __all__ += [
     "Argument", "bind_inputs", "Dialect", "FxConversionError", "GENERIC_PIPELINE", "Interpreter", "InterpreterError", "OpDef",
     "PassManager", "Pattern", "Return", "RunLimitError", "RunLimits", "VerificationError", "check_boundary", "evaluate_symexpr", "from_fx",
-    "get_dialect", "interpret", "lookup_op", "register_callable", "register_dialect", "to_fx", "verify",
+    "get_dialect", "interpret", "lookup_op", "register_callable", "register_custom_op", "register_dialect", "to_fx",
+    "verify",
     "verify_at_boundaries",
 ]
 

@@ -62,7 +62,8 @@ MEMORY_FORMATS: tuple[str, ...] = ("contiguous_format", "channels_last", "channe
                                    "preserve_format")
 SCALAR_KINDS: tuple[str, ...] = ("int", "float", "bool", "opaque")
 
-_OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::[A-Za-z_][A-Za-z0-9_.]*$")
+# ``dialect::name``, or ``aten::<namespace>::<op>.<overload>`` for a custom operator.
+_OP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::([A-Za-z_][A-Za-z0-9_]*::)?[A-Za-z_][A-Za-z0-9_.]*$")
 _VALUE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DEVICE = re.compile(r"^[a-z_][a-z0-9_]*(:[0-9]+)?$")
 

@@ -12,6 +12,12 @@ arbitrary import is possible, and only tensor ops pass (:func:`refusal`): an ove
 schema holds no tensor (TorchScript's list, string and dict builtins), takes a storage, stream,
 future or class object, or is one of the reviewed ops that touch files, share storage or write
 process state (:data:`REFUSED`) is refused, by name, with the reason.
+
+Custom operators (``torch.library`` ops of any namespace other than ``aten`` and ``prims``) are
+ops of this dialect named ``aten::<namespace>::<op>.<overload>``, but only once this process has
+registered them with :func:`register_custom_op` (fireclay-autograd does when it traces a call):
+a document naming one that is not registered is refused at load. A document never makes torch
+look up an operator of another namespace by itself.
 """
 
 from __future__ import annotations
@@ -20,15 +26,20 @@ import importlib.util
 import json
 import re
 import sys
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any
 
-from fireclay_ir.dialects.registry import NO_DEFAULT, Argument, Dialect, OpDef, Return
+from fireclay_ir.dialects.registry import NO_DEFAULT, Argument, Dialect, OpDef, Return, get_dialect
 from fireclay_ir.model import IRError, Node, Program
 
 DATA_FILE = "aten_core_v1.json"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$")
+_CUSTOM_NAME = re.compile(r"^(?P<ns>[A-Za-z_][A-Za-z0-9_]*)::(?P<op>[A-Za-z_][A-Za-z0-9_]*)"
+                          r"\.(?P<overload>[A-Za-z_][A-Za-z0-9_]*)$")
+# Namespaces whose operators are torch's own, never custom ops.
+TORCH_NAMESPACES = frozenset({"aten", "prims"})
 
 
 # --------------------------------------------------------------------------- schema text
@@ -420,6 +431,13 @@ class AtenDialect(Dialect):
         super().__init__("aten", str(_data_version_lazy()))
 
     def _missing(self, name: str) -> OpDef | None:
+        if "::" in name:
+            # Registered custom ops were found before this; any other is refused by name.
+            if _CUSTOM_NAME.match(name) is None:
+                raise IRError(f"malformed custom op name aten::{name}; expected aten::<namespace>::<op>.<overload>")
+            raise IRError(f"aten::{name} is a custom operator that is not registered in this process; a "
+                          "document may name only custom operators the process registered (import the library "
+                          "that defines it and register it with fireclay_ir.dialects.register_custom_op)")
         if not _NAME.match(name):
             return None
         why = refusal(name)
@@ -479,3 +497,56 @@ def _from_torch(name: str) -> OpDef | None:
     op = getattr(packet, overload or "default")
     tags = tuple(str(t).split(".")[-1] for t in op.tags) + ("from_torch",)
     return opdef_from_schema(f"{packet_name}.{overload or 'default'}", str(op._schema), tags)
+
+
+# --------------------------------------------------------------------------- custom ops
+
+
+def split_op_name(op: str) -> tuple[str, str, str]:
+    """(torch namespace, packet, overload) of an aten-dialect op: ``aten::add.Tensor`` ->
+    (``aten``, ``add``, ``Tensor``); ``aten::mylib::scale.default`` -> (``mylib``, ``scale``,
+    ``default``). Also takes torch's own qualified names (``prims::convert_element_type.default``)."""
+    dialect, _, target = op.partition("::")
+    if dialect == "aten" and "::" in target:
+        dialect, _, target = target.partition("::")
+    packet, _, overload = target.partition(".")
+    return dialect, packet, overload or "default"
+
+
+def is_custom_op(op: str) -> bool:
+    """Whether ``op`` names a custom operator (``aten::<namespace>::<op>.<overload>``)."""
+    return op.startswith("aten::") and "::" in op[len("aten::"):]
+
+
+def custom_op_name(namespace: str, packet: str, overload: str) -> str:
+    """The aten-dialect name of a custom operator: ``aten::mylib::scale.default``."""
+    return f"aten::{namespace}::{packet}.{overload or 'default'}"
+
+
+def register_custom_op(op: str, schema: str, resolve: Callable[[], Any], *, tags: tuple[str, ...] = ()) -> OpDef:
+    """Make the ``torch.library`` operator ``op`` (``aten::<namespace>::<op>.<overload>``, see
+    :func:`custom_op_name`) an op of the aten dialect in this process, with its ``schema`` text
+    (``mylib::scale(Tensor x, float alpha) -> Tensor``) and ``resolve`` giving the operator.
+
+    The op is ``in_process_only``: a document naming it loads only in a process that registered
+    it. Registering the same name again replaces the entry (a library reloaded)."""
+    if not is_custom_op(op):
+        raise IRError(f"{op!r} is not a custom operator name (aten::<namespace>::<op>.<overload>)")
+    target = op[len("aten::"):]
+    match = _CUSTOM_NAME.match(target)
+    if match is None:
+        raise IRError(f"malformed custom op name {op!r}; expected aten::<namespace>::<op>.<overload>")
+    if match.group("ns") in TORCH_NAMESPACES:
+        raise IRError(f"{op!r}: namespace {match.group('ns')!r} holds torch's own operators, not custom ones")
+    if not callable(resolve):
+        raise IRError(f"{op}: resolve must be a function giving the operator")
+    why = refusal(target, schema)
+    if why is not None:
+        raise IRError(f"{op} is refused in a program: {why}")
+    base = opdef_from_schema(target, schema, tuple(tags) + ("custom",))
+    entry = OpDef(
+        dialect="aten", name=target, arguments=base.arguments, returns=base.returns, mutates=base.mutates,
+        side_effects=base.side_effects, nondeterministic=base.nondeterministic, is_view=base.is_view,
+        in_process_only=True, tags=base.tags, schema=schema, resolve=resolve,
+    )
+    return get_dialect("aten").register(entry, replace=True)

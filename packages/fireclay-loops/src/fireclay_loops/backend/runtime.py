@@ -19,6 +19,9 @@ from typing import Any
 
 import torch
 
+from fireclay_ir import IRError, lookup_op
+from fireclay_ir.dialects import is_custom_op
+
 
 def contiguous_strides(size: Sequence[Any]) -> tuple[int, ...]:
     out: list[int] = []
@@ -78,7 +81,13 @@ def conform(t: torch.Tensor, size: tuple[Any, ...], stride: tuple[Any, ...]) -> 
 
 def aten_op(name: str, error: type[Exception] = LookupError) -> Any:
     """The torch operator overload named ``namespace::packet[.overload]``; ``error`` when this
-    torch has none."""
+    torch has none. A custom operator (``aten::mylib::scale.default``) is the one this process
+    registered in the aten dialect, never looked up by name alone."""
+    if is_custom_op(name):
+        try:
+            return lookup_op(name).target()
+        except IRError as e:
+            raise error(f"extern call to {name}: {e}") from e
     namespace, rest = name.split("::", 1)
     packet, _, overload = rest.partition(".")
     try:
