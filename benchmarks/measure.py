@@ -237,14 +237,21 @@ def float64_reference(module: torch.nn.Module, inputs: Inputs, mode: str, device
 # Time
 
 
+# What a sample's seconds are: wall time, or this process's CPU time (all its threads). On a
+# shared, loaded machine a one-thread run's CPU time leaves out the time other processes held the
+# core, which wall time counts; with several threads it adds up their time and is no wall time.
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
 def median_times(thunks: dict[str, Callable[[], object]], device: str, repeats: int,
-                 min_sample_s: float = 0.01) -> dict[str, float]:
+                 min_sample_s: float = 0.01, clock: str = "wall") -> dict[str, float]:
     """Median seconds per call of each thunk, sampling them interleaved.
 
     Each sample runs a thunk `inner` times back to back (enough for `min_sample_s`), and the
     thunks take turns sample by sample, so that a slow phase of the machine (another process, a
-    frequency change) falls on every backend alike.
+    frequency change) falls on every backend alike. ``clock`` names the CLOCKS entry samples read.
     """
+    now = CLOCKS[clock]
     inner: dict[str, int] = {}
     for name, thunk in thunks.items():
         sync(device)
@@ -257,11 +264,11 @@ def median_times(thunks: dict[str, Callable[[], object]], device: str, repeats: 
     for _ in range(repeats):
         for name, thunk in thunks.items():
             sync(device)
-            start = time.perf_counter()
+            start = now()
             for _ in range(inner[name]):
                 thunk()
             sync(device)
-            samples[name].append((time.perf_counter() - start) / inner[name])
+            samples[name].append((now() - start) / inner[name])
     return {name: statistics.median(values) for name, values in samples.items()}
 
 

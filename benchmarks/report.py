@@ -118,7 +118,8 @@ def markdown(meta: dict, cells: list[Cell], backends: list[str]) -> str:
         + ", ".join(f"{k} {v}" for k, v in env["versions"].items() if v),
         f"- load average (1, 5, 15 min) at start {env.get('load_average_at_start')}, at end "
         f"{meta.get('load_average_at_end')}",
-        f"- timing: median of {meta['repeats']} interleaved samples; accuracy: relative error against eager "
+        f"- timing: median of {meta['repeats']} interleaved samples of "
+        f"{'process CPU time' if meta.get('clock') == 'cpu' else 'wall time'}; accuracy: relative error against eager "
         "(max |a-b| / max |b| per tensor) within the model's tolerance, float64 second opinion on a miss",
         "",
         "## Summary",

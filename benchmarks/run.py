@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip", default="", help=f"metrics to leave out, comma-separated: {','.join(METRICS)}")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice); a shared "
                         "or loaded machine gives steadier numbers with 1")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="what timing samples read: wall "
+                        "time, or the process's CPU time (with --threads 1 on a loaded machine: the time other "
+                        "processes hold the core is left out)")
     parser.add_argument("--cold-limit", type=int, help="measure cold compiles on the first N models only "
                         "(default: all, except the quick suite: 2)")
     parser.add_argument("--cold-timeout", type=float, default=600.0, help="seconds per cold-compile process")
@@ -122,11 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     options = Options(device=args.device, mode=args.mode, preset=preset, repeats=args.repeats,
                       metrics=tuple(m for m in METRICS if m not in skip), cold_timeout_s=args.cold_timeout,
-                      threads=args.threads, precision=precision)
+                      threads=args.threads, precision=precision, clock=args.clock)
     started = datetime.datetime.now(datetime.UTC)
     meta = {"suite": args.suite, "mode": args.mode, "device": args.device, "preset": preset,
             "dtype": precision.dtype, "amp": precision.amp,
-            "backends": backend_names, "repeats": args.repeats, "metrics": list(options.metrics),
+            "backends": backend_names, "repeats": args.repeats, "clock": args.clock, "metrics": list(options.metrics),
             "date": started.strftime("%Y-%m-%d %H:%M"),
             "command": "python -m benchmarks.run " + shlex.join(sys.argv[1:] if argv is None else argv),
             "environment": environment(args.device)}
@@ -180,7 +183,8 @@ def _bench_in_subprocess(spec, backend_names: list[str], args, preset: str, opti
     with tempfile.TemporaryDirectory(prefix="fireclay-bench-model-") as out:
         command = [sys.executable, "-m", "benchmarks.run", "--models", spec.name, "--suite", args.suite,
                    "--backends", ",".join(backend_names), "--device", args.device, "--mode", args.mode,
-                   "--preset", preset, "--repeats", str(args.repeats), "--cold-timeout", str(args.cold_timeout),
+                   "--preset", preset, "--repeats", str(args.repeats), "--clock", args.clock,
+                   "--cold-timeout", str(args.cold_timeout),
                    *precision_args(options.precision), "--out", out, "--skip", ",".join(m for m in METRICS if m not in options.metrics),
                    *(["--threads", str(args.threads)] if args.threads else [])]
         env = dict(os.environ)

@@ -47,6 +47,7 @@ class Options:
     cold_timeout_s: float = 600.0
     threads: int | None = None
     precision: Precision = field(default_factory=Precision)
+    clock: str = "wall"  # measure.CLOCKS: what timing samples read
 
     def step(self, fn, model: torch.nn.Module) -> Step:
         """One step of `fn` in this run's mode and precision."""
@@ -189,7 +190,7 @@ def bench_model(spec: ModelSpec, backends: list[Backend], options: Options) -> l
     return list(cells.values())
 
 
-def _guarded_times(cells, thunks, device, repeats, what: str, fatal: bool, waits) -> dict[str, float]:
+def _guarded_times(cells, thunks, options, what: str, fatal: bool, waits) -> dict[str, float]:
     """median_times over the thunks that run; a thunk that raises is dropped with its reason: the
     cell fails when the measurement is its main one (`fatal`), else it keeps a note. Background
     compiles finish (and every graph switches to compiled code) before the samples."""
@@ -203,14 +204,14 @@ def _guarded_times(cells, thunks, device, repeats, what: str, fatal: bool, waits
             else:
                 cells[name].notes.append(f"{what} failed: {_one_line(error)}")
             del thunks[name]
-    return median_times(thunks, device, repeats) if thunks else {}
+    return median_times(thunks, options.device, options.repeats, clock=options.clock) if thunks else {}
 
 
 def _measure_speed(spec, cells, steps, inputs, options, waits) -> None:
     if "speed" not in options.metrics:
         return
     thunks = {name: (lambda step=step: step(inputs)) for name, step in steps.items()}
-    times = _guarded_times(cells, thunks, options.device, options.repeats, "timed runs", fatal=True, waits=waits)
+    times = _guarded_times(cells, thunks, options, "timed runs", fatal=True, waits=waits)
     eager = times.get("eager")
     for name, seconds in times.items():
         cells[name].time_ms = seconds * 1e3
@@ -235,8 +236,7 @@ def _measure_memory(cells, steps, inputs, options) -> None:
 def _measure_overhead(cells, steps, tiny_inputs, options, waits) -> None:
     live = {name: step for name, step in steps.items() if cells[name].status != "error"}
     thunks = {name: (lambda step=step: step(tiny_inputs)) for name, step in live.items()}
-    times = _guarded_times(cells, thunks, options.device, options.repeats, "tiny-input runs", fatal=False,
-                           waits=waits)
+    times = _guarded_times(cells, thunks, options, "tiny-input runs", fatal=False, waits=waits)
     eager = times.get("eager")
     for name, seconds in times.items():
         cells[name].tiny_ms = seconds * 1e3

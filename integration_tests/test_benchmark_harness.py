@@ -13,7 +13,7 @@ import torch
 
 from benchmarks import run
 from benchmarks.backends import Backend, get_backend
-from benchmarks.measure import compare, peak_memory, relative_error
+from benchmarks.measure import compare, median_times, peak_memory, relative_error
 from benchmarks.models import get_model
 from benchmarks.report import geomean, markdown
 from benchmarks.runner import Options, bench_model
@@ -186,6 +186,29 @@ def test_run_writes_json_and_markdown(tmp_path, capsys):
     assert [row["backend"] for row in results["summary"]] == ["eager", "torch-eager", "fireclay-nonesuch"]
     assert results["meta"]["environment"]["versions"]["torch"]
     assert "## Summary" in open(md_path).read()
+
+
+def test_cpu_clock_leaves_out_time_the_process_does_not_run():
+    """--clock cpu: a call that sleeps 20 ms costs next to no CPU time; the wall clock sees it."""
+    import time
+
+    def nap():
+        time.sleep(0.02)
+
+    wall = median_times({"nap": nap}, "cpu", 2)["nap"]
+    cpu = median_times({"nap": nap}, "cpu", 2, clock="cpu")["nap"]
+    assert wall >= 0.018 and cpu < 0.005
+
+
+def test_run_records_its_clock(tmp_path):
+    code = run.main(["--models", "layernorm", "--backends", "eager", "--suite", "micro", "--repeats", "2",
+                     "--threads", "1", "--clock", "cpu", "--skip", "cold,warm,memory,overhead,counts",
+                     "--out", str(tmp_path)])
+    assert code == 0
+    (json_path,) = glob.glob(str(tmp_path / "cpu-micro-inference-small-*.json"))
+    (md_path,) = glob.glob(str(tmp_path / "cpu-micro-inference-small-*.md"))
+    assert json.load(open(json_path))["meta"]["clock"] == "cpu"
+    assert "interleaved samples of process CPU time" in open(md_path).read()
 
 
 def test_run_refuses_unknown_models(tmp_path, capsys):

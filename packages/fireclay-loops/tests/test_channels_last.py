@@ -22,12 +22,13 @@ from fireclay_loops.reference import run  # noqa: E402
 DTYPES = [torch.float32, torch.float64]
 
 
-ACTIVATIONS = {"aten::convolution.default": (0,), "aten::convolution_backward.default": (0, 1)}
+# The arguments passed channels-last: the activations, and a forward convolution's weight.
+ACTIVATIONS = {"aten::convolution.default": (0, 1), "aten::convolution_backward.default": (0, 1)}
 
 
 def _channels_last_views(program):
-    """For each convolution call: whether its 4-D activation arguments are channels-last (the
-    weights are passed as they are)."""
+    """For each convolution call: whether its 4-D activation arguments (and a forward's weight)
+    are channels-last."""
     found = []
     for n in program.nodes:
         if isinstance(n, ExternNode) and n.op in ACTIVATIONS:
@@ -51,7 +52,7 @@ def test_conv_program_matches_eager_with_its_strides(case, dtype):
                 continue
             expected = program.main.outputs[k].meta.strides if case.meta_strides_differ else w.stride()
             assert same_strides(g, expected), (k, g.stride(), expected)
-    # the convolution forward and backward calls read channels-last activations
+    # the convolution forward and backward calls read channels-last activations (and weights)
     assert all(_channels_last_views(loop_program))
 
 

@@ -25,7 +25,8 @@ def broadcast_then_flip(b, x, y):
 
 def three_deep(b, x, y):
     # three producers in a chain, each read at an index the next cannot share a kernel over
-    s = b.call("add.Tensor", b.call("sin.default", x), y)
+    # (abs, not a transcendental op: those are stored rather than recomputed per broadcast read)
+    s = b.call("add.Tensor", b.call("abs.default", x), y)
     t = b.call("flip.default", b.call("mul.Tensor", s, s), [0])
     u = b.call("flip.default", b.call("tanh.default", t), [1])
     return b.call("sub.Tensor", u, y)
@@ -50,4 +51,28 @@ def test_chained_inlining_matches_eager(build, xs, ys):
     assert len(scheduled.kernels) == 1
     for _ in range(3):
         fresh = [torch.randn(xs, generator=gen), torch.randn(ys, generator=gen)]
+        torch.testing.assert_close(run(scheduled, *fresh)[0], b.eager(*fresh)[0])
+
+
+def rotary_tables(b, x, y):
+    # cos and sin of positions x inv_freq [S, D], read broadcast by every batch row and head of
+    # the [B, H, S, D] rotation (rotary embeddings)
+    angles = b.call("mul.Tensor", b.call("unsqueeze.default", x, 1), b.call("unsqueeze.default", y, 0))
+    cos, sin = b.call("cos.default", angles), b.call("sin.default", angles)
+    return b.call("add.Tensor", b.call("mul.Tensor", cos, 2.0), b.call("expand.default", sin, [3, 4, 6, 5]))
+
+
+def test_transcendental_producers_read_broadcast_are_stored_once():
+    """Recomputing cos/sin of the rotary angles inside the [B, H, S, D] consumer would run them
+    B*H times over; they are stored once (cheap producers are still recomputed)."""
+    gen = torch.Generator().manual_seed(0)
+    b = AtenBuilder()
+    x, y = b.input(torch.randn(6), "x"), b.input(torch.randn(5), "y")
+    program = b.output(rotary_tables(b, x, y))
+    scheduled = schedule(lower(program))
+    kept = [d for d in scheduled.decisions if d.action == "keep apart" and "transcendental" in d.reason]
+    assert kept, [str(d) for d in scheduled.decisions]
+    assert not any(d.action == "inline" and d.first in {k.first for k in kept} for d in scheduled.decisions)
+    for _ in range(3):
+        fresh = [torch.randn(6, generator=gen), torch.randn(5, generator=gen)]
         torch.testing.assert_close(run(scheduled, *fresh)[0], b.eager(*fresh)[0])

@@ -136,3 +136,23 @@ def test_symbolic_buffers_are_reused_by_symbolic_size():
 def test_importing_the_package_does_not_import_torch():
     code = "import sys, fireclay_loops; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("exponent,dtype,ops", [
+    (3.0, "float32", ["mul", "mul"]),         # GELU's tanh form: v * (v*v), eager's own bits
+    (2, "float32", ["mul"]),
+    (4, "int64", ["mul", "mul"]),             # squaring: (v*v) * (v*v)
+    (-2.0, "float32", ["mul", "reciprocal"]),
+    (-0.5, "float32", ["rsqrt"]),
+    (1.7, "float32", ["pow"]),                # not an integer: the library's pow
+    (-2, "int64", ["pow"]),                   # eager refuses it; the op says so at run time
+])
+def test_small_integer_powers_are_multiplications(exponent, dtype, ops):
+    """A vectorised pow() of negative bases runs one to two orders of magnitude slower than the
+    multiplications: integer exponents up to MAX_MULTIPLIED_EXPONENT lower to them."""
+    h = Hand()
+    x = h.input("x", 4, 8, dtype=dtype)
+    y = h.op("pow.Tensor_Scalar", x, exponent, out=t(4, 8, dtype=dtype))
+    node = lower(h.program(y)).nodes[1]
+    arithmetic = [op.name for op in node.body.ops if op.name not in ("load", "store", "constant", "to_dtype")]
+    assert arithmetic == ops

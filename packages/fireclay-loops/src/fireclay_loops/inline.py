@@ -137,6 +137,39 @@ def _outer_loops_of(p: ComputeNode, r: ComputeNode) -> bool:
 
 INLINED_BODY_LIMIT = 8  # a consumer stops taking recomputed producers at this many times max_inline_ops
 
+# Ops that cost tens of cycles a value (a polynomial or a library call), unlike the arithmetic,
+# selects and loads that recomputing is meant for.
+TRANSCENDENTAL_OPS = frozenset({
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin", "acos", "atan",
+    "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "erfinv", "lgamma", "pow",
+    "sigmoid"})
+
+
+def _static_points(sizes) -> int | None:
+    total = sympy.Integer(1)
+    for s in sizes:
+        total *= exprs.as_expr(s)
+    return int(total) if total.is_Integer else None
+
+
+# A producer with transcendental ops is stored once when its consumer would recompute each of its
+# values at least this many times (Inductor stores a buffer read this many times, too).
+RECOMPUTE_FACTOR_LIMIT = 4
+
+
+def _recomputes_transcendentals(r: ComputeNode, p: ComputeNode, buf: str) -> bool:
+    """Whether recomputing ``p`` inside ``r`` would run its transcendental ops RECOMPUTE_FACTOR_LIMIT
+    times or more per stored value: ``r`` broadcasts it (rotary embeddings' cos and sin of the
+    positions, read by every head and batch row) or reads it at several positions per point."""
+    if not any(op.name in TRANSCENDENTAL_OPS for op in p.body.ops):
+        return False
+    produced = _static_points(p.body.sizes)
+    consumed = _static_points(r.body.sizes + r.body.reduction_sizes)
+    if produced is None or consumed is None:
+        return False  # symbolic sizes: no count to compare; recompute as before
+    loads = sum(1 for b, _, _ in r.body.reads() if b == buf)
+    return loads * consumed >= RECOMPUTE_FACTOR_LIMIT * produced
+
 
 def _inlined_size(r: ComputeNode, p: ComputeNode, buf: str) -> int:
     """Ops of ``r``'s body once ``p`` is recomputed at each of its loads of ``buf``."""
@@ -183,6 +216,10 @@ def inline_pointwise(program: LoopProgram, decisions: list[Any]) -> LoopProgram:
                 continue  # the scheduler can fuse them: nothing to recompute
             if _inlined_size(r, p, buf) > INLINED_BODY_LIMIT * config.max_inline_ops:
                 continue  # the consumer has grown enough: this producer is stored
+            if _recomputes_transcendentals(r, p, buf):
+                decisions.append(Decision("keep apart", p.name, r.name, "recompute",
+                                          f"{reason}; recomputing would repeat its transcendental ops"))
+                continue
             k = nodes.index(r)
             nodes[k] = by_name[r.name] = inline_into(r, p, buf, program)
             reads[nodes[k]] = set(nodes[k].read_buffers())

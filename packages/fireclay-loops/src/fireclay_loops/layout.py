@@ -7,7 +7,8 @@ a device named by ``config.channels_last`` the lowering keeps activations channe
 
 * the 4-D activation a convolution reads (``convolution``'s input, ``convolution_backward``'s
   gradient and input) is passed channels-last, copied once by a kernel when it is not already;
-  weights are passed as they are (the library's own copy costs the same as ours);
+  so is a forward convolution's weight (the library would otherwise copy it to channels-last on
+  every call, through an allocation and a dispatched copy: slower than a kernel of the program);
 * a 4-D buffer computed by a pointwise or reduction node follows its inputs: channels-last when
   one of the node's 4-D inputs is (as eager's kernels choose their output's layout), and its
   loops run in the buffer's memory order so that the innermost loop walks the channels;

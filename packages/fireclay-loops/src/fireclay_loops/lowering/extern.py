@@ -132,11 +132,13 @@ def _channels_last_activations(ctx: LoweringContext, positions: tuple[int, ...])
 
 @register_lowering("convolution.default")
 def lower_convolution(ctx: LoweringContext, x: TensorValue, *args: Any, **kwargs: Any) -> Any:
-    """The input channels-last (the weight as it is): the library then writes the result
-    channels-last without reordering either activation."""
+    """The input and the weight channels-last: the library then writes the result channels-last
+    without reordering either activation. (Given an NCHW weight, the library would copy it to
+    channels-last itself on every call, through an allocation and a dispatched copy that cost
+    more than this program's copy kernel.)"""
     if not ctx.channels_last or x.rank != 4:
         return fallback(ctx, kind="extern")
-    return fallback(ctx, kind="extern", replace=_channels_last_activations(ctx, (0,)))
+    return fallback(ctx, kind="extern", replace=_channels_last_activations(ctx, (0, 1)))
 
 
 @register_lowering("convolution_backward.default")

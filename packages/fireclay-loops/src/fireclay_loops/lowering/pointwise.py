@@ -225,14 +225,38 @@ def lower_div_mode(ctx, a, b, rounding_mode=None):
         ops.mul(ops.sign(x), ops.sign(y)), ops.floordiv(ops.abs(x), ops.abs(divisor(y)))))
 
 
+# Integer exponents up to this size become multiplications (as eager's CPU kernel does for 2 and
+# 3, and Inductor for any small integer): a vectorised pow() of a negative base is one to two
+# orders of magnitude slower than two multiplies (GELU's tanh form cubes its input).
+MAX_MULTIPLIED_EXPONENT = 32
+
+
+def _integer_power(v, n: int):
+    """``v ** n`` for an integer ``n >= 1`` by squaring (``v * (v*v)`` for 3: eager's bits)."""
+    result = None
+    square = v
+    while True:
+        if n & 1:
+            result = square if result is None else ops.mul(result, square)
+        n >>= 1
+        if not n:
+            return result
+        square = ops.mul(square, square)
+
+
 @register_lowering("pow.Tensor_Scalar")
 def lower_pow_scalar(ctx, x, exponent):
-    if exponent == 2:
-        return lower_pointwise(ctx, [x], lambda v: ops.mul(v, v))
+    is_float = dtypes.is_float(ctx.out_meta()[1])
     if exponent == 0.5:
         return lower_pointwise(ctx, [x], ops.sqrt)
-    if exponent == -1 and dtypes.is_float(ctx.out_meta()[1]):
-        return lower_pointwise(ctx, [x], ops.reciprocal)
+    if exponent == -0.5 and is_float:
+        return lower_pointwise(ctx, [x], ops.rsqrt)
+    if (isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and float(exponent).is_integer()
+            and 1 <= abs(exponent) <= MAX_MULTIPLIED_EXPONENT and (exponent > 0 or is_float)):
+        n = int(exponent)
+        if n > 0:
+            return lower_pointwise(ctx, [x], lambda v: _integer_power(v, n))
+        return lower_pointwise(ctx, [x], lambda v: ops.reciprocal(_integer_power(v, -n)))
     return lower_pointwise(ctx, [x, exponent], ops.pow)
 
 
