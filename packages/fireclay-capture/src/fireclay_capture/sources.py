@@ -132,7 +132,7 @@ def read_source(source: Source, L: dict) -> Any:
     if isinstance(source, AttrSource):
         return getattr(read_source(source.base, L), source.name)
     if isinstance(source, BuiltinItemSource):
-        getitem: Any = source.container.__getitem__  # the builtin's, not the subclass's
+        getitem: Any = source.container.__dict__["__getitem__"]  # the builtin's, not the subclass's
         return getitem(read_source(source.base, L), source.key)
     if isinstance(source, ItemSource):
         return read_source(source.base, L)[source.key]

@@ -16,6 +16,7 @@ ranges, so broadcasts and slices fold back to plain variables).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sympy
@@ -145,7 +146,7 @@ TRANSCENDENTAL_OPS = frozenset({
     "sigmoid"})
 
 
-def _static_points(sizes) -> int | None:
+def _static_points(sizes: Sequence[Any]) -> int | None:
     total = sympy.Integer(1)
     for s in sizes:
         total *= exprs.as_expr(s)

@@ -263,7 +263,7 @@ def wrap_container(tx, value: Any, source: Source | None):
         if g is not None:
             g.length(source, type(value), len(value))
         base: type = list if isinstance(value, list) else tuple
-        iterate: Any = base.__iter__  # the builtin's, not a subclass's
+        iterate: Any = base.__dict__["__iter__"]  # the builtin's, not a subclass's
         items = [wrap(tx, v, BuiltinItemSource(source, i, base) if source else None)
                  for i, v in enumerate(iterate(value))]
         return ListVar(items, source) if isinstance(value, list) else TupleVar(items, source)
