@@ -133,3 +133,24 @@ def test_paligemma_matches_the_compile_path_of_transformers(prefix, monkeypatch)
         torch.testing.assert_close(got, eager, rtol=1e-4, atol=1e-4)
     else:
         assert (got - eager).abs().max() > 1e-2  # the difference is transformers', not the compiler's
+
+
+def test_gpt2_with_labels_through_torch_compile_max_autotune_has_no_fallback(caplog):
+    """Through ``torch.compile(backend="fireclay", mode="max-autotune")`` the graph count is
+    TorchDynamo's own (it breaks once in the loss path); fireclay compiles each of its graphs, with
+    no fallback to eager or the interpreter (a fallback always logs a warning), and matches eager."""
+    import logging
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = _gpt2_lm().eval()
+    compiled = torch.compile(model, backend="fireclay", mode="max-autotune")
+    with caplog.at_level(logging.WARNING, logger="fireclay"):
+        for _ in range(2):
+            ids = torch.randint(0, VOCAB, (2, 10))
+            with torch.no_grad():
+                got, want = compiled(ids, labels=ids), model(ids, labels=ids)
+            torch.testing.assert_close(got.loss, want.loss, rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(got.logits, want.logits, rtol=1e-4, atol=1e-4)
+    assert not [r for r in caplog.records if r.name.startswith("fireclay")], caplog.text
+    torch._dynamo.reset()
