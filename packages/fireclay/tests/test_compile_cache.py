@@ -160,8 +160,8 @@ def test_a_schedule_that_reads_back_differently_is_not_stored(cache_dir, monkeyp
 
     real = fireclay_loops.from_program
 
-    def lossy(program):
-        scheduled = real(program)
+    def lossy(program, **kwargs):
+        scheduled = real(program, **kwargs)
         scheduled.steps = scheduled.steps[:-1]  # as if the format had dropped a step
         return scheduled
 
