@@ -8,6 +8,7 @@ metadata and is recorded as one torch-dialect node.
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -140,6 +141,7 @@ def tensor_method(tx: TraceState, t: TensorVar, name: str, args: list[Var], kwar
     return record_call(tx, f"Tensor.{name}", method, [t, *args], kwargs)
 
 
+@functools.cache
 def _legacy_type_names() -> dict[str, torch.dtype]:
     """``torch.FloatTensor``-style names of the CPU tensor types (``torch.cuda.*`` names also move
     the tensor: those calls run eagerly)."""
