@@ -26,7 +26,7 @@ from fireclay_triton import precompile, runtime
 from fireclay_triton.autotune import TuningCache
 from fireclay_triton.config import Config, config, interpreting
 from fireclay_triton.errors import CodegenError
-from fireclay_triton.kernel_codegen import KernelSource, generate_kernel
+from fireclay_triton.kernel_codegen import KernelSource, constant_size, generate_kernel
 from fireclay_triton.prelude import header
 from fireclay_triton.wrapper_codegen import generate_wrapper
 
@@ -81,7 +81,8 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
     cache_dir = cache_folder_or_private(cfg.resolved_cache_dir())
     namespace: dict[str, Any] = {"torch": torch, "as_base": runtime.as_base, "typed": runtime.typed,
                                  "view": runtime.view, "conform": runtime.conform,
-                                 "pick_device": runtime.pick_device}
+                                 "pick_device": runtime.pick_device,
+                                 "launch_target": runtime.interpreted_target if interpret else runtime.launch_target}
     launchers: dict[str, runtime.Launcher] = {}
     if kernels:
         module, _ = runtime.load_module(source, os.path.join(cache_dir, "kernels"))
@@ -91,7 +92,10 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
                                                  cfg.resolved_autotune() or wide, interpret, tuning,
                                                  columns=k.columns, max_autotune=wide,
                                                  finisher=getattr(module, k.function + "_finish", None),
-                                                 partials=k.partials, checks=k.checks)
+                                                 partials=k.partials, checks=k.checks,
+                                                 arity=(len(k.buffers), len(k.symbols)),
+                                                 sizes=(constant_size(k.numel), constant_size(k.rnumel)))
+            launchers[k.name].namespace = namespace  # where the launcher puts its bound launches
     namespace.update(launchers)
     wrapper = generate_wrapper(scheduled, {k.name: k for k in kernels})
     for var, op in wrapper.namespace_ops.items():

@@ -73,6 +73,11 @@ class _Driver:
         self.func_set_attribute = self._fn(released, "cuFuncSetAttribute", [p, i, i])
         self.func_set_cache_config = self._fn(released, "cuFuncSetCacheConfig", [p, i])
         self.launch = self._fn(held, "cuLaunchKernel", [p, u, u, u, u, u, u, u, p, p, p])
+        # the same entry point without argument types, for bound launches (bound_launch.py): they
+        # pass ctypes values made once, which ctypes hands over as they are; converting eleven
+        # Python values per call through ``argtypes`` was half of the foreign call's cost
+        self.launch_packed = held["cuLaunchKernel"]
+        self.launch_packed.restype = ctypes.c_int
 
     @staticmethod
     def _fn(lib: Any, name: str, argtypes: list, fallback: str | None = None) -> Any:
@@ -169,7 +174,7 @@ class CudaKernel:
     """One loaded kernel binary, launched with the runtime arguments of its ``@jit`` function in
     order (``nargs`` of them; the ones Triton specialized into constants are skipped)."""
 
-    __slots__ = ("name", "function", "block", "shared", "_plan", "_slots", "_params", "_module")
+    __slots__ = ("name", "function", "block", "shared", "_plan", "_slots", "params", "_module")
 
     def __init__(self, binary: KernelBinary, arg_names: list[str], nargs: int, device: int):
         d = driver()
@@ -200,14 +205,28 @@ class CudaKernel:
         slots += [ctypes.c_uint64(0), ctypes.c_uint64(0)]  # the global and profile scratch pointers: none
         self._slots = slots
         self._plan = tuple(plan)
-        self._params = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
+        self.params = (ctypes.c_void_p * len(slots))(*[ctypes.addressof(s) for s in slots])
+
+    def pointer_slots(self, count: int) -> dict[int, Any]:
+        """Argument position -> the slot of its pointer, for the pointer parameters among the
+        first ``count`` arguments."""
+        return {position: slot for slot, position, pointer in self._plan if pointer and position < count}
+
+    def write_constants(self, args: tuple) -> None:
+        """Write the slots of every parameter that is not a pointer from ``args`` (a launch's
+        arguments). A kernel is kept per exact value of each integer argument
+        (:func:`launch_key`), so every launch of it writes the same values there: a bound launch
+        writes only pointers."""
+        for slot, position, pointer in self._plan:
+            if not pointer:
+                slot.value = args[position]
 
     def __call__(self, grid_x: int, grid_y: int, stream: int, args: tuple) -> None:
         for slot, position, pointer in self._plan:
             a = args[position]
             slot.value = a.data_ptr() if pointer else a
         result = _DRIVER.launch(self.function, grid_x, grid_y, 1, self.block, 1, 1, self.shared, stream,
-                                self._params, None)
+                                self.params, None)
         if result:
             _DRIVER.check(result, f"launching kernel {self.name}")
 

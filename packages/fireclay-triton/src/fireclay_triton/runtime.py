@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import functools
 import hashlib
 import os
 import threading
@@ -17,7 +19,7 @@ from fireclay_loops.backend.runtime import aten_op as shared_aten_op
 from fireclay_loops.backend.runtime import conform as conform  # re-exported for the wrapper
 from fireclay_loops.backend.runtime import view as view
 from fireclay_loops.cache_dirs import cache_folder_or_private
-from fireclay_triton import background, cuda_launch, precompile
+from fireclay_triton import background, bound_launch, cuda_launch, precompile
 from fireclay_triton.autotune import LaunchConfig, TuningCache, candidates, next_pow2, tuning_key
 from fireclay_triton.background import BackgroundCompile
 from fireclay_triton.config import interpreting
@@ -138,8 +140,6 @@ class DirectLaunch:
     """
 
     def __init__(self, fn: Any, options: tuple, nargs: int):
-        from triton import knobs
-
         self.fn = fn
         self.options = options  # sorted (name, value) pairs
         self.kwargs = dict(options)
@@ -148,14 +148,7 @@ class DirectLaunch:
         self.arg_names = list(getattr(fn, "arg_names", ()))
         constexprs = self.arg_names[nargs:]
         self.kernels: dict[tuple, cuda_launch.CudaKernel | None] = {}
-        self._runtime_knobs = knobs.runtime
         self.enabled = cuda_launch.enabled() and bool(self.arg_names) and all(n in self.kwargs for n in constexprs)
-
-    def _hooked(self) -> bool:
-        """Whether a launch hook is installed (a hook chain with calls, or a plain callable)."""
-        runtime = self._runtime_knobs
-        enter, exit_ = runtime.launch_enter_hook, runtime.launch_exit_hook
-        return bool(getattr(enter, "calls", enter) or getattr(exit_, "calls", exit_))
 
     def _prepare(self, key: tuple, device: int, args: tuple) -> cuda_launch.CudaKernel | None:
         """The kernel of a new specialization: compiled ahead, else compiled and loaded now."""
@@ -168,18 +161,22 @@ class DirectLaunch:
         return kernel
 
     def __call__(self, grid: tuple, args: tuple) -> None:
-        if not self.enabled or self._hooked():
+        if not self.enabled or launch_hooked():
             self.fn[grid](*args, **self.kwargs)
             return
         device = torch.cuda.current_device()
-        key = cuda_launch.launch_key(device, args)
-        kernel = self.kernels.get(key, _MISSING)
-        if kernel is _MISSING:
-            kernel = self._prepare(key, device, args)
+        kernel = self.kernel(device, cuda_launch.launch_key(device, args), args)
         if kernel is None:  # needs Triton's launcher
             self.fn[grid](*args, **self.kwargs)
             return
         kernel(grid[0], grid[1], _raw_stream(device), args)
+
+    def kernel(self, device: int, key: tuple, args: tuple) -> cuda_launch.CudaKernel | None:
+        """The loaded kernel of the launch ``key`` with ``args`` (None: it needs Triton's launcher)."""
+        kernel = self.kernels.get(key, _MISSING)
+        if kernel is _MISSING:
+            kernel = self._prepare(key, device, args)
+        return kernel
 
 
 _MISSING = object()
@@ -196,27 +193,51 @@ def _public_raw_stream(device: int) -> int:
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or _public_raw_stream
 
 
-class _Ready:
-    """A launcher's launches at one size, once its config is chosen: the grid and the trailing
-    size arguments computed once; each call is one :class:`DirectLaunch`."""
+def launch_hooked() -> bool:
+    """Whether a Triton launch hook is installed (a hook chain with calls, or a plain callable):
+    profilers such as Proton see launches only through Triton's own launcher."""
+    from triton import knobs
 
-    __slots__ = ("launch", "grid", "tail")
+    runtime = knobs.runtime
+    enter, exit_ = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return bool(getattr(enter, "calls", enter) or getattr(exit_, "calls", exit_))
 
-    def __init__(self, launch: DirectLaunch, grid: tuple, tail: tuple):
-        self.launch, self.grid, self.tail = launch, grid, tail
 
-    def __call__(self, args: tuple) -> None:
-        self.launch(self.grid, args + self.tail)
+def launch_target() -> tuple[int, Any]:
+    """What a wrapper's launches of one call run on: (the current device's index, its current
+    stream as a ``ctypes.c_void_p``), read once per call (bound_launch.py). (-1, None) where
+    launches go through Triton's launcher: ``FIRECLAY_TRITON_DIRECT_LAUNCH=0``, or a launch hook
+    installed; a bound launch then hands every launch to its launcher."""
+    if not cuda_launch.enabled() or launch_hooked():
+        return -1, None
+    device = torch.cuda.current_device()
+    return device, ctypes.c_void_p(_raw_stream(device))
+
+
+def interpreted_target() -> tuple[int, Any]:
+    """:func:`launch_target` in Triton's interpreter, where there is no device or stream."""
+    return -1, None
 
 
 class Launcher:
     """Launches one kernel: picks its config (heuristic, or autotuned once per size bucket and
-    cached on disk) and computes the grid."""
+    cached on disk), computes the grid, and binds the launch (:mod:`fireclay_triton.bound_launch`).
+
+    A wrapper calls it as ``launcher(dev, stream, *buffers, *ints)``: ``buffers`` pointer arguments
+    (``arity[0]``), then the kernel's size symbols (``arity[1]``), then its number of points and
+    reduction points where ``sizes`` does not give them (a program's constant sizes are bound
+    here, not passed). Once bound, the wrapper's namespace (``namespace``, set by whoever executes
+    the wrapper; None: never rebound) holds the bound launch under the kernel's ``name``."""
 
     def __init__(self, fn: Any, name: str, kind: str, source_hash: str, autotune: bool, interpret: bool,
                  cache: TuningCache, columns: bool = False, max_autotune: bool = False, finisher: Any = None,
-                 partials: int = 0, checks: list | None = None):
+                 partials: int = 0, checks: list | None = None, arity: tuple[int, int] = (0, 0),
+                 sizes: tuple[int | None, int | None] = (None, None)):
         self.fn = fn
+        self.arity = arity
+        self.sizes = sizes  # (numel, rnumel) when constants of the program, else None (passed)
+        self.namespace: dict[str, Any] | None = None
+        self._bound: dict[tuple, Callable] = {}
         self.checks = checks or []  # (CheckSite, its assert message) of each check of the kernel
         self.finisher = finisher  # split kernels: adds the partials
         self.partials = partials
@@ -231,7 +252,6 @@ class Launcher:
         self.cache = cache
         self.chosen: dict[tuple[int, int], LaunchConfig] = {}
         self._direct: dict[tuple, DirectLaunch] = {}
-        self._ready: dict[tuple[int, int], _Ready] = {}  # (numel, rnumel) -> its launches, config chosen
 
     def _grid(self, cfg: LaunchConfig, numel: int, rnumel: int) -> tuple[int, int]:
         programs = max(1, -(-numel // cfg.XBLOCK))
@@ -362,22 +382,53 @@ class Launcher:
         self.cache.put(key, best)
         return best
 
-    def __call__(self, *args: Any, numel: int, rnumel: int = 1) -> None:
-        ready = self._ready.get((numel, rnumel))
-        if ready is not None:
-            ready(args)
-            return
+    def __call__(self, dev: int, stream: Any, *passed: Any) -> None:
+        """One launch (see the class doc for the arguments); binds the launch for the next call."""
+        own = passed[:self.arity[0] + self.arity[1]]
+        sizes = iter(passed[len(own):])
+        numel = self.sizes[0] if self.sizes[0] is not None else next(sizes)
+        rnumel = 1 if self.kind == "pointwise" else (self.sizes[1] if self.sizes[1] is not None else next(sizes))
+        ints = passed[self.arity[0]:]
         if numel == 0:
+            self._install(("none", ints), lambda: bound_launch.bind_run(self, _nothing, len(own), self.arity[0], ints))
             return
-        cfg = self.config_for(args, numel, rnumel)
+        cfg = self.config_for(own, numel, rnumel)
         if self.interpret or self.kind == "split":
-            self._run(cfg, args, numel, rnumel)
+            self._run(cfg, own, numel, rnumel)
+            self._install(("run", ints), lambda: bound_launch.bind_run(
+                self, functools.partial(self._run, cfg, numel=numel, rnumel=rnumel), len(own), self.arity[0], ints))
             return
-        tail = self._tail(numel, rnumel)
-        options = launch_options(cfg, self.kind, bool(self.checks))
-        launch = self._direct_launch(self.fn, options, len(args) + len(tail))
-        ready = self._ready[(numel, rnumel)] = _Ready(launch, self._grid(cfg, numel, rnumel), tail)
-        ready(args)
+        args = own + self._tail(numel, rnumel)
+        launch = self._direct_launch(self.fn, launch_options(cfg, self.kind, bool(self.checks)), len(args))
+        grid = self._grid(cfg, numel, rnumel)
+        if dev < 0 or not launch.enabled:  # through Triton's launcher this time: nothing to bind
+            self.fn[grid](*args, **launch.kwargs)
+            return
+        key = cuda_launch.launch_key(dev, args)
+        kernel = launch.kernel(dev, key, args)
+        if kernel is None:  # needs Triton's launcher, always
+            launch(grid, args)
+            self._install(("run", ints), lambda: bound_launch.bind_run(
+                self, functools.partial(self._run, cfg, numel=numel, rnumel=rnumel), len(own), self.arity[0], ints))
+            return
+        kernel.write_constants(args)
+        kernel(grid[0], grid[1], bound_launch.stream_value(stream), args)
+        aligned = key[1:1 + self.arity[0]]
+        self._install(("driver", key), lambda: bound_launch.bind_driver(
+            self, kernel, grid, dev, self.arity[0], ints, aligned, cuda_launch.driver()))
+
+    def _install(self, key: tuple, bind: Callable[[], Callable]) -> None:
+        """Put the bound launch of ``key`` (made by ``bind`` the first time) in the wrapper's
+        namespace: the wrapper's next call launches through it."""
+        bound = self._bound.get(key)
+        if bound is None:
+            bound = self._bound[key] = bind()
+        if self.namespace is not None:
+            self.namespace[self.name] = bound
+
+
+def _nothing(args: tuple) -> None:
+    """A launch over no points."""
 
 
 class CompiledProgram(CompiledCall):

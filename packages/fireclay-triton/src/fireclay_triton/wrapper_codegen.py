@@ -3,12 +3,13 @@ launch kernels, call extern aten ops through torch, return the outputs.
 
 Every buffer is held at run time as a *base* tensor whose ``data_ptr()`` is the buffer's index
 0 (the origin of its index expressions, and what a Triton kernel receives); views for extern
-calls and outputs are ``as_strided`` of the base. A buffer alone in its allocation is made with
-``torch.empty_strided`` in its own dtype on the inputs' device (or is the extern call's result itself
-when its layout is right); an allocation that several buffers of one dtype and layout share over
-time is made in that layout, each buffer the allocation itself (per call, no view is made of it:
-an MLP's training step made 25 typed views and 42 ``as_strided`` calls); other shared
-allocations are byte tensors the buffers are typed views of.
+calls and outputs are ``as_strided`` of the base (``.t()`` for a 2-D transpose). A buffer alone
+in its allocation is made with ``torch.empty_strided`` in its own dtype on the inputs' device
+(or is the extern call's result itself when its layout is right); an allocation that several
+buffers of one dtype and layout share over time is made in that layout, each buffer the
+allocation itself (per call, no view is made of it: an MLP's training step made 25 typed views
+and 42 ``as_strided`` calls); other shared allocations are byte tensors the buffers are typed
+views of. Kernels are launched through bound launches (:mod:`fireclay_triton.bound_launch`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram
 from fireclay_loops.backend import WrapperText, py_expr, py_shape
 from fireclay_loops.backend.runtime import returns_one_tensor
 from fireclay_triton.errors import CodegenError
-from fireclay_triton.kernel_codegen import KernelSource
+from fireclay_triton.kernel_codegen import KernelSource, constant_size
 
 
 class WrapperSource(WrapperText):
@@ -48,6 +49,8 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
     w.bind_sizes(prog)
     # every buffer lives on the inputs' device (programs traced on meta tensors may say "cpu")
     w.line(f"device = pick_device({', '.join(n for n in prog.inputs)}{',' if len(prog.inputs) == 1 else ''})")
+    if kernels:  # the device and stream every launch of this call goes to (bound_launch.py)
+        w.line("dev, stream = launch_target()")
     for name in prog.inputs:
         buf = prog.buffers[name]
         w.line(f"{name} = as_base({name}, {name!r}, torch.{buf.dtype}, {py_shape(buf.size)}, {py_shape(buf.stride)}, "
@@ -86,9 +89,11 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
                 w.line(f"{b} = typed({a}, torch.{buf.dtype}, {py_expr(buf.storage_numel)})")
         if isinstance(step, Kernel):
             src = kernels[step.name]
-            args = src.buffers + src.symbols + [f"numel={py_expr(src.numel)}"]
-            if src.kind != "pointwise":
-                args.append(f"rnumel={py_expr(src.rnumel)}")
+            # sizes that are constants of the program are bound in the launcher, not passed
+            sizes = [py_expr(src.numel)] if constant_size(src.numel) is None else []
+            if src.kind != "pointwise" and constant_size(src.rnumel) is None:
+                sizes.append(py_expr(src.rnumel))
+            args = ["dev", "stream", *src.buffers, *src.symbols, *sizes]
             w.line(f"{step.name}({', '.join(args)})  # {src.kind}: {src.function} in kernels.py")
         else:
             _extern_call(w, step, prog, alone, held)
@@ -126,7 +131,11 @@ def _shared_layout(prog, names: list[str]):
 
 
 def _view(b: str, size, stride, offset) -> str:
-    """A tensor expression for a strided view of buffer ``b`` (at its index 0 + ``offset``)."""
+    """A tensor expression for a strided view of buffer ``b`` (at its index 0 + ``offset``): at
+    offset 0 ``as_strided`` itself, which keeps the base's storage offset (no Python helper,
+    no ``storage_offset()`` read: a call makes one view per matmul operand)."""
+    if offset == 0:
+        return f"{b}.as_strided({py_shape(size)}, {py_shape(stride)})"
     return f"view({b}, {py_shape(size)}, {py_shape(stride)}, {py_expr(offset)})"
 
 
@@ -135,10 +144,18 @@ def _tensor(b: str, buf, size, stride, offset, held: set[str]) -> str:
     tensor itself when it already has exactly that layout (an input, which ``as_base`` gives in
     the buffer's layout, or a buffer ``held`` in its own layout: alone in its allocation, or
     sharing one made in that layout), else a view."""
-    if (buf.is_input or b in held) and offset == 0 and tuple(size) == tuple(buf.size) \
-            and tuple(stride) == tuple(buf.stride) and buf.offset == 0:
-        return b
+    if (buf.is_input or b in held) and offset == 0 and buf.offset == 0:
+        if tuple(size) == tuple(buf.size) and tuple(stride) == tuple(buf.stride):
+            return b
+        if _transposed(buf.size, buf.stride, size, stride):
+            return f"{b}.t()"  # a linear layer's weight: cheaper than a strided view
     return _view(b, size, stride, offset)
+
+
+def _transposed(size, stride, view_size, view_stride) -> bool:
+    """Whether a 2-D view is the transpose of a 2-D layout."""
+    return len(size) == 2 and len(view_size) == 2 and tuple(view_size) == (size[1], size[0]) \
+        and tuple(view_stride) == (stride[1], stride[0])
 
 
 def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str], held: set[str]) -> None:
