@@ -13,6 +13,7 @@ import torch
 from aten_builder import T
 from programs import build_program
 
+import fireclay_triton
 from fireclay_ir import Graph, Program, TensorMeta
 from fireclay_triton import bound_launch, compile_program, cuda_launch, runtime
 from fireclay_triton.autotune import TuningCache
@@ -144,7 +145,7 @@ def driver(monkeypatch):
     monkeypatch.setattr(cuda_launch, "_DRIVER", d)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(runtime, "_raw_stream", lambda device: 0x5000 + device)
-    monkeypatch.setenv("FIRECLAY_TRITON_DIRECT_LAUNCH", "1")
+    monkeypatch.setattr(fireclay_triton.config, "direct_launch", True)
 
     def recall(fn, options, key):
         # what Triton would compile: a pointer per tensor, an integer equal to 1 made a constant
@@ -241,7 +242,7 @@ def test_without_direct_launches_every_launch_goes_through_triton(driver, tmp_pa
     stream = ctypes.c_void_p(0)
     launcher(0, stream, *[torch.empty(64) for _ in range(3)], 3, 64)
     bound = launcher.namespace["kernel0"]
-    monkeypatch.setenv("FIRECLAY_TRITON_DIRECT_LAUNCH", "0")
+    monkeypatch.setattr(fireclay_triton.config, "direct_launch", False)
     dev, stream = runtime.launch_target()
     assert (dev, stream) == (-1, None)
     tensors = [torch.empty(64) for _ in range(3)]
@@ -258,3 +259,27 @@ def test_bound_functions_are_shared_per_argument_shape():
                                           buffers, values))
     assert made[0].__code__ is made[1].__code__ and made[0].__code__ is not made[2].__code__
     assert made[0](0, None, "a", "b", 3) is None and made[0](0, None, "a", "b", 4) == ("general", (0, None, "a", "b", 4))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_bound_driver_launches_on_gpu():
+    """Sizes changing, a misaligned input and another stream: each launch through the bound
+    function or back through the launcher, always eager's result."""
+    compiled = compile_program(_symbolic_program())
+    gen = torch.Generator(device="cuda").manual_seed(4)
+    side = torch.cuda.Stream()
+    for rows, cols, misaligned, on_side in [(3, 5, False, False), (3, 5, False, False), (5, 3, False, False),
+                                            (3, 5, True, False), (3, 5, False, True), (64, 1000, False, False)]:
+        x = torch.randn(rows * cols + 1, device="cuda", generator=gen)
+        x = (x[1:] if misaligned else x[:-1]).view(rows, cols)
+        v = torch.randn(cols, device="cuda", generator=gen)
+        want = torch.softmax(x * v, 1) + x
+        if on_side:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                got = compiled(x, v)[0]
+            torch.cuda.current_stream().wait_stream(side)
+        else:
+            got = compiled(x, v)[0]
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert all(not isinstance(f, runtime.Launcher) for f in _bound_in_namespace(compiled).values())

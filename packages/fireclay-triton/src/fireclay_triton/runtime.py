@@ -206,7 +206,7 @@ def launch_hooked() -> bool:
 def launch_target() -> tuple[int, Any]:
     """What a wrapper's launches of one call run on: (the current device's index, its current
     stream as a ``ctypes.c_void_p``), read once per call (bound_launch.py). (-1, None) where
-    launches go through Triton's launcher: ``FIRECLAY_TRITON_DIRECT_LAUNCH=0``, or a launch hook
+    launches go through Triton's launcher: ``config.direct_launch`` off, or a launch hook
     installed; a bound launch then hands every launch to its launcher."""
     if not cuda_launch.enabled() or launch_hooked():
         return -1, None
