@@ -53,10 +53,12 @@ def _graphs(name, partitioner):
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_min_cut_saves_fewer_bytes_than_saving_everything(name):
+def test_min_cut_saves_no_more_bytes_than_saving_everything(name):
     _, _, cut = _graphs(name, "min_cut")
     _, _, naive = _graphs(name, "save_all")
-    assert cut.partition.saved_bytes < naive.partition.saved_bytes
+    assert cut.partition.saved_bytes <= naive.partition.saved_bytes
+    if name != "mlp_block":  # the block's activations are all read by the backward's matmuls: all saved
+        assert cut.partition.saved_bytes < naive.partition.saved_bytes
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -69,11 +71,56 @@ def test_only_cheap_ops_are_recomputed(name):
         assert banned not in graphs.partition.recomputed
 
 
-def test_gelu_is_recomputed_in_the_mlp_block():
-    _, _, graphs = _graphs("mlp_block", "min_cut")
-    assert "aten::gelu.default" in graphs.partition.recomputed
+def _saved_and_recomputed(fn, inputs):
+    graphs = aot_graphs(program_from(fn, clone_inputs(inputs)), clone_inputs(inputs))
     saved_ops = {v.node.op for v in graphs.forward.main.outputs[1:] if v.node is not None}
-    assert "aten::gelu.default" not in saved_ops
+    return graphs, saved_ops, set(graphs.partition.recomputed)
+
+
+def _gated_mlp(x, gate, up, down):
+    return (F.silu(x @ gate) * (x @ up)) @ down
+
+
+def _gelu_then_norm(x, w):
+    return torch.nn.functional.layer_norm(F.gelu(x @ w), (w.shape[1],)).sum(-1)
+
+
+def _mlp_inputs(n=16, d=8, hidden=32):
+    return [torch.randn(n, d, requires_grad=True), torch.randn(d, hidden, requires_grad=True),
+            torch.randn(d, hidden, requires_grad=True), torch.randn(hidden, d, requires_grad=True)]
+
+
+@pytest.mark.parametrize("fn, inputs, op", [
+    # the down projection's weight gradient is a matmul over the activation: the backward would
+    # write a recomputed activation out again, so the forward's copy is kept
+    (lambda: Block(), lambda: [torch.randn(16, 32, requires_grad=True)], "aten::gelu.default"),
+    (lambda: _gated_mlp, _mlp_inputs, "aten::mul.Tensor"),
+])
+def test_activations_a_backward_matmul_reads_are_saved_not_recomputed(fn, inputs, op):
+    from fireclay_autograd.partition import VIEW_OPS
+
+    torch.manual_seed(0)
+    f, xs = fn(), inputs()
+    graphs, saved_ops, recomputed = _saved_and_recomputed(f, xs)
+    assert op in saved_ops, saved_ops
+    matmuls = [n for n in graphs.backward.main.nodes if n.op in ("aten::mm.default", "aten::addmm.default")]
+    assert matmuls
+    for mm in matmuls:
+        for v in mm.inputs():
+            while v.node is not None and v.node.op in VIEW_OPS:
+                v = v.node.inputs()[0]
+            assert v.node is None or v.node.meta.get("autograd.phase") != "forward", (mm, v.node.op)
+    check_against_eager(f, xs, atol=1e-4, rtol=1e-4)
+
+
+def test_activations_only_pointwise_backward_reads_are_recomputed():
+    # gelu's output feeds the layer norm, whose backward is pointwise ops and reductions: it is
+    # redone inside those kernels rather than saved
+    torch.manual_seed(0)
+    xs = [torch.randn(16, 8, requires_grad=True), torch.randn(8, 32, requires_grad=True)]
+    graphs, saved_ops, recomputed = _saved_and_recomputed(_gelu_then_norm, xs)
+    assert "aten::gelu.default" in recomputed and "aten::gelu.default" not in saved_ops, (saved_ops, recomputed)
+    check_against_eager(_gelu_then_norm, xs, atol=1e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -167,13 +167,18 @@ def _min_cut(graph: Graph, primals: list[Value], tangent_dependent: set[Value], 
     for v in primals:
         if v.is_tensor and v in bw_needed:
             add_value(v, True)
+    readers = _readers(graph)
     for node in graph.nodes:
         tensors = [o for o in node.outputs if o.is_tensor and o in bw_needed]
         if not tensors:
             continue
         pinned = not is_recomputable(node.op) and not any(o in tangent_dependent for o in node.outputs)
         for o in tensors:
-            add_value(o, pinned and o not in tangent_dependent, view=node.op in VIEW_OPS)
+            # A value the forward computes anyway and the backward must hold in memory (a matmul
+            # reads it) is saved: redoing it would write it out a second time in the backward.
+            kept = pinned or (o in fw_required and node.op not in VIEW_OPS
+                              and _materialized_in_backward(o, readers, fw_required))
+            add_value(o, kept and o not in tangent_dependent, view=node.op in VIEW_OPS)
             for u in node.inputs():
                 if u.is_tensor and u in bw_needed:
                     flow.add_edge(("out", u), ("in", o))
@@ -188,6 +193,45 @@ def _min_cut(graph: Graph, primals: list[Value], tangent_dependent: set[Value], 
         if u in reachable and v not in reachable and isinstance(u, tuple) and u[0] == "in":
             saved.append(u[1])
     return saved
+
+
+def _readers(graph: Graph) -> dict[Value, list[Node]]:
+    """Value -> the nodes that read it, in graph order."""
+    readers: dict[Value, list[Node]] = {}
+    for node in graph.nodes:
+        for v in node.inputs():
+            readers.setdefault(v, []).append(node)
+    return readers
+
+
+# Ops every code generator hands to a library (matmuls, convolutions, fused attention): they read
+# their operands from memory, where a kernel computing a pointwise op or a reduction can compute
+# its operands inline.
+LIBRARY_OPS: frozenset[str] = frozenset({
+    "aten::mm.default", "aten::addmm.default", "aten::bmm.default", "aten::baddbmm.default",
+    "aten::convolution.default", "aten::convolution_backward.default",
+})
+
+
+def _read_from_memory(op: str) -> bool:
+    """Whether ``op`` reads its operands from memory (a library call), so that a value it reads
+    must be materialized."""
+    return op in LIBRARY_OPS or op.startswith(("aten::_scaled_dot_product", "aten::_flash_attention",
+                                               "aten::_efficient_attention", "aten::_cudnn_attention"))
+
+
+def _materialized_in_backward(value: Value, readers: dict[Value, list[Node]], fw_required: set[Value]) -> bool:
+    """Whether a backward node reads ``value`` (directly or through views) from memory: then
+    recomputing it in the backward is not free, it costs a second write of the whole tensor."""
+    pending = [value]
+    while pending:
+        v = pending.pop()
+        for node in readers.get(v, ()):
+            if node.op in VIEW_OPS:
+                pending.extend(node.outputs)
+            elif _read_from_memory(node.op) and not all(o in fw_required for o in node.outputs):
+                return True
+    return False
 
 
 def _save_all(graph: Graph, tangent_dependent: set[Value], bw_outputs: list[Value]) -> list[Value]:
