@@ -252,6 +252,43 @@ def test_without_direct_launches_every_launch_goes_through_triton(driver, tmp_pa
     assert launcher.namespace["kernel0"] is bound  # nothing bound for a launch through Triton
 
 
+def _split_launcher(tmp_path):
+    """A split reduction (two buffers, constant sizes) over a stand-in pair of kernels."""
+    main = FakeJit(["ptr0", "ptr1", "ws", "rchunk", "xnumel", "rnumel", "XBLOCK", "RBLOCK"])
+    finish = FakeJit(["ptr0", "ptr1", "ws", "nsplit", "xnumel", "XBLOCK", "NSPLIT"])
+    launcher = runtime.Launcher(main, "kernel0", "split", "h", False, False, TuningCache(str(tmp_path)),
+                                finisher=finish, partials=1, arity=(2, 0), sizes=(8, 100000))
+    launcher.namespace = {"kernel0": launcher}
+    launcher._sms = 132
+    return launcher
+
+
+def test_split_reductions_bind_both_launches(driver, tmp_path):
+    launcher = _split_launcher(tmp_path)
+    stream = ctypes.c_void_p(0x5000)
+    launcher(0, stream, torch.empty(800000), torch.empty(8))
+    first = driver.launches[-2:]
+    assert [launch["bound"] for launch in first] == [False, False]
+    bound = launcher.namespace["kernel0"]
+    assert not isinstance(bound, runtime.Launcher)
+    for _ in range(2):
+        x, out = torch.empty(800000), torch.empty(8)
+        before = len(driver.launches)
+        bound(0, stream, x, out)
+        assert len(driver.launches) == before + 2
+        main, finish = driver.launches[-2:]
+        assert main["bound"] and finish["bound"] and main["kernel"] is not finish["kernel"]
+        for launch, was in zip((main, finish), first):
+            # the program's pointers, a workspace both kernels share, then the bound integers
+            assert launch["values"][:2] == [x.data_ptr(), out.data_ptr()]
+            assert launch["values"][3:] == was["values"][3:] and launch["grid"] == was["grid"]
+            assert launch["stream"] == 0x5000
+        assert main["values"][2] == finish["values"][2]
+    assert len(driver.kernels) == 2
+    bound(1, stream, torch.empty(800000), torch.empty(8))  # another device: back to the launcher
+    assert not driver.launches[-1]["bound"] and launcher.namespace["kernel0"] is not bound
+
+
 def test_bound_functions_are_shared_per_argument_shape():
     made = []
     for buffers, values in [(2, (3,)), (2, (5,)), (3, ())]:

@@ -29,6 +29,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 _FACTORIES: dict[str, Callable[..., Callable]] = {}
 _FACTORIES_LOCK = threading.Lock()
 
@@ -109,6 +111,24 @@ def bind_driver(general: Callable, kernel: Any, grid: tuple[int, int], device: i
     return _factory(source)(general, driver.launch_packed, driver.check, f"launching kernel {kernel.name}",
                             kernel.function, u(grid[0]), u(grid[1]), u(1), u(kernel.block), u(kernel.shared),
                             kernel.params, device, *values, *[slots[i] for i in range(buffers) if i in slots])
+
+
+def bind_split(general: Callable, first: Callable, finish: Callable, size: int, device: Any,
+               index: int) -> Callable:
+    """A split reduction's launch: a float32 workspace of ``size`` elements on ``device`` (whose
+    index is ``index``), then ``first`` and ``finish`` (bound driver launches taking the
+    program's buffers and the workspace); on another device, ``general`` (the launcher)."""
+    empty, f32 = torch.empty, torch.float32
+
+    def launch(dev: int, stream: Any, *buffers: Any) -> None:
+        if dev != index:
+            return general(dev, stream, *buffers)
+        ws = empty(size, dtype=f32, device=device)
+        first(dev, stream, *buffers, ws)
+        finish(dev, stream, *buffers, ws)
+        return None
+
+    return launch
 
 
 def stream_value(stream: Any) -> int:

@@ -393,6 +393,11 @@ class Launcher:
             self._install(("none", ints), lambda: bound_launch.bind_run(self, _nothing, len(own), self.arity[0], ints))
             return
         cfg = self.config_for(own, numel, rnumel)
+        if self.kind == "split" and not ints and dev >= 0 and not self.interpret:
+            split = self._bind_split(dev, stream, own, cfg, numel, rnumel)
+            if split is not None:
+                self._install(("split", dev), lambda: split)
+                return
         if self.interpret or self.kind == "split":
             self._run(cfg, own, numel, rnumel)
             self._install(("run", ints), lambda: bound_launch.bind_run(
@@ -416,6 +421,43 @@ class Launcher:
         aligned = key[1:1 + self.arity[0]]
         self._install(("driver", key), lambda: bound_launch.bind_driver(
             self, kernel, grid, dev, self.arity[0], ints, aligned, cuda_launch.driver()))
+
+    def _bind_split(self, dev: int, stream: Any, own: tuple, cfg: LaunchConfig, numel: int,
+                    rnumel: int) -> Callable | None:
+        """Launch a split reduction of a program whose sizes are all constants (its two kernels,
+        with a fresh workspace) and return its bound launch; None where either kernel needs
+        Triton's launcher (nothing launched then)."""
+        device = next(a.device for a in own if isinstance(a, torch.Tensor))
+        if not self._sms:
+            self._sms = torch.cuda.get_device_properties(device).multi_processor_count
+        nsplit, chunk, fx = split_shape(cfg, numel, rnumel, self._sms)
+        size = self.partials * nsplit * numel
+        ws = torch.empty(size, dtype=torch.float32, device=device)
+        stages = [(self.fn, (self._grid(cfg, numel, rnumel)[0], nsplit), (chunk, numel, rnumel),
+                   launch_options(cfg, self.kind, bool(self.checks))),
+                  (self.finisher, (-(-numel // fx), 1), (nsplit, numel), finisher_options(nsplit, fx))]
+        kernels = []
+        for fn, grid, tail, options in stages:
+            args = (*own, ws, *tail)
+            launch = self._direct_launch(fn, options, len(args))
+            key = cuda_launch.launch_key(dev, args)
+            kernel = launch.kernel(dev, key, args) if launch.enabled else None
+            if kernel is None:
+                return None
+            kernels.append((kernel, grid, key, args, tail, fn, options))
+        raw_stream = bound_launch.stream_value(stream)
+        bound = []
+        buffers = len(own) + 1  # the program's buffers, then the workspace
+        for kernel, grid, key, args, tail, fn, options in kernels:
+            kernel.write_constants(args)
+            kernel(grid[0], grid[1], raw_stream, args)
+
+            def general(dev_: int, stream_: Any, *pointers: Any, _fn=fn, _grid=grid, _tail=tail, _options=options):
+                self._launch(_fn, _grid, (*pointers, *_tail), _options)
+
+            bound.append(bound_launch.bind_driver(general, kernel, grid, dev, buffers, (), key[1:1 + buffers],
+                                                  cuda_launch.driver()))
+        return bound_launch.bind_split(self, bound[0], bound[1], size, device, dev)
 
     def _install(self, key: tuple, bind: Callable[[], Callable]) -> None:
         """Put the bound launch of ``key`` (made by ``bind`` the first time) in the wrapper's
