@@ -28,6 +28,7 @@ class IndexOp:
     idx_shape: tuple
     x_shape: tuple = (ROWS, COLS)
     negative_ok: bool = False  # eager counts negative indices from the end (advanced indexing)
+    site: str = "dimension"  # how a failed check's message names what was indexed
 
 
 INDEX_OPS = [
@@ -42,6 +43,14 @@ INDEX_OPS = [
             COLS, (ROWS, 3)),
     IndexOp("index_cols_then_amax", lambda b, x, i: b.call("amax.default", b.call("index.Tensor", x, [None, i]), [1]),
             COLS, (3,), negative_ok=True),
+    # one_hot's classes: eager refuses one outside [0, num_classes) (decomposed, a row of zeros)
+    IndexOp("one_hot", lambda b, x, i: b.call("one_hot.default", i, COLS), COLS, (ROWS, 3),
+            site="the classes of one_hot"),
+    IndexOp("one_hot_times_x", lambda b, x, i: b.call("mul.Tensor", b.call("one_hot.default", i, COLS), x),
+            COLS, (ROWS,), site="the classes of one_hot"),
+    IndexOp("one_hot_then_sum", lambda b, x, i: b.call("sum.dim_IntList", b.call(
+        "mul.Tensor", b.call("one_hot.default", i, COLS), x), [1]), COLS, (ROWS,),
+            site="the classes of one_hot"),
 ]
 
 # Ops that write at, or read from, indices read from a tensor and that the lowering keeps as calls

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from fireclay_autograd.convert import evaluate, from_ir_atom
+from fireclay_autograd.whole_calls import whole_call
 from fireclay_ir import (
     Graph,
     IRError,
@@ -102,7 +103,7 @@ def _resolve(op: str) -> Callable:
     if root_name == "Tensor" and isinstance(obj, (property, type(torch.Tensor.shape))):
         attr = path[-1]
         return lambda self: getattr(self, attr)
-    return obj
+    return whole_call(obj)
 
 
 def bind_symbols(graph: Graph, inputs: Sequence[Any], positions: Sequence[int] | None = None) -> dict[str, int]:

@@ -206,6 +206,11 @@ _KEPT_WHOLE: tuple[tuple[str, tuple[str, ...]], ...] = (
         "aten::_scaled_dot_product_cudnn_attention.default",
         "aten::_scaled_dot_product_cudnn_attention_backward.default",
     )),
+    ("checks on the data that eager makes and the decomposition drops: ``one_hot`` refuses a class "
+     "outside [0, num_classes), its decomposition (an ``eq`` against ``arange``) gives a row of zeros; "
+     "kernels check each class as they read it", (
+        "aten::one_hot.default",
+    )),
     ("views: functionalization must see them to follow aliasing, and a kernel compiler turns them "
      "into index arithmetic", (
         "aten::view.default",
@@ -234,6 +239,8 @@ def kept_whole_ops() -> tuple[str, ...]:
       ``..._for_cpu``, ``_scaled_dot_product_efficient_attention``,
       ``_scaled_dot_product_cudnn_attention``): one extern call, and the
       decomposition's outputs do not match what the backward op expects;
+    * ``one_hot``: eager refuses a class outside ``[0, num_classes)``, and its decomposition
+      drops that check (a row of zeros); kernels check each class as they read it;
     * views (``view``, ``permute``, ``expand``, ``slice``, ``select``, ``diagonal``,
       ``as_strided``, ``unsqueeze``, ``squeeze.dim``/``.dims``, ``split_with_sizes``):
       functionalization follows aliasing through them, and kernels turn them into indexing.

@@ -104,6 +104,27 @@ def lower_index(ctx, x, indices):
     return GeneratedValue(size, x.dtype, x.device, fn)
 
 
+@register_lowering("one_hot.default")
+def lower_one_hot(ctx, x, num_classes=-1):
+    size, dtype, device = ctx.out_meta()
+    if not isinstance(num_classes, (int, sympy.Basic)) or isinstance(num_classes, bool) or (
+            isinstance(num_classes, int) and num_classes < 0):
+        return fallback(ctx)  # the count of classes read from the data (eager: the largest class + 1)
+    classes = size[-1]
+    site = ctx.check_site("the classes of one_hot")
+    checked = ctx.checks_on(x.device)
+
+    def fn(idx, mask=None):
+        # eager refuses a class outside [0, num_classes); unchecked, it would give a row of zeros
+        cls = ops.to_dtype(x.load(list(idx[:-1]), mask), "int64")
+        if checked:
+            cls = ops.check_bounds(cls, classes, False, site, mask)
+        here = ops.eq(cls, ops.to_dtype(ops.index_expr(idx[-1], "int64"), "int64"))
+        return ops.to_dtype(here, dtype)
+
+    return GeneratedValue(size, dtype, device, fn)
+
+
 # --------------------------------------------------------------------------- cat, stack, pad
 
 
