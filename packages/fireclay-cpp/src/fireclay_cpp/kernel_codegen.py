@@ -33,12 +33,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy
 
 from fireclay_cpp import column_loops
 from fireclay_cpp.errors import CodegenError
-from fireclay_cpp.op_templates import Accumulator, CppOps, CValue, storage_type
+from fireclay_cpp.op_templates import Accumulator, BoundsCheck, CppOps, CValue, storage_type
 from fireclay_loops import Kernel
 from fireclay_loops.backend import KernelEmitter, Scope, indent
 from fireclay_shapes import cpp_code
@@ -153,7 +154,7 @@ class CppKernelGen(KernelEmitter):
                     self._unchecked(False)
             last = len(xs) - 1
             guard = self._scan_indices(loop, outer, [f"for (int64_t x{last} = 0; x{last} < {xs[last]}; x{last}++) {{"],
-                                       ["}"])
+                                       ["}"], [(f"x{last}", xs[last])])
             return self._function(xs, rs, outer.lines, split, loop.lines, guard)
         return self._function(xs, rs, outer.lines, split)
 
@@ -203,7 +204,8 @@ class CppKernelGen(KernelEmitter):
                 clauses += [f"+: {a.name}_sum" for a in welford + sums]
                 lines.extend(f"{(a.welford or a.plain_sum)[0]} {a.name}_sum = 0;" for a in welford + sums)
                 reduce = f" reduction({') reduction('.join(clauses)})" if clauses else ""
-                guard = self._scan_indices(loop, outer, head, tail) if head else ""
+                variables = [(f"r{d}", rs[d]) for d in range(len(head))]
+                guard = self._scan_indices(loop, outer, head, tail, variables) if head else ""
                 run = [f"#pragma omp simd collapse({len(head)}){reduce}"] if head else []
                 run += head + indent(loop.lines) + tail
                 lines.extend([f"if ({guard}) {{"] + indent(run) + ["}"] if guard else run)
@@ -221,13 +223,16 @@ class CppKernelGen(KernelEmitter):
             if c.in_loop():
                 c.code = c.bounds.unchecked_code if on else c.bounds.checked_code
 
-    def _scan_indices(self, loop: Scope, outer: Scope, head: list[str], tail: list[str]) -> str:
+    def _scan_indices(self, loop: Scope, outer: Scope, head: list[str], tail: list[str],
+                      variables: list[tuple[str, Any]]) -> str:
         """Check the indices the unchecked bounds checks of ``loop`` see before it runs: a loop
-        of the same ``head`` computing only them, with their least and greatest as OpenMP
-        min/max reductions (it vectorises; a check per index inside the loop is a branch and a
-        call, and keeps the loop scalar). Its lines go to ``outer``; returns the condition the
-        loop then runs under ("" when there is nothing to check). A failure is recorded as the
-        check would record it, and the loop does not run: its indices are not safe to load at."""
+        of the same ``head`` (over ``variables``: names and extents) computing only them, with
+        their least and greatest as OpenMP min/max reductions (it vectorises; a check per index
+        inside the loop is a branch and a call, and keeps the loop scalar). Indices that are one
+        contiguous run of an int64 buffer are checked in place by ``fc_indices_ok`` instead
+        (cheaper: see the prelude). Its lines go to ``outer``; returns the condition the loop
+        then runs under ("" when there is nothing to check). A failure is recorded as the check
+        would record it, and the loop does not run: its indices are not safe to load at."""
         found = [c for c in self.bounds_checks if c in loop.seen]  # (placed unchecked: see _unchecked)
         if not found:
             return ""
@@ -235,18 +240,40 @@ class CppKernelGen(KernelEmitter):
         lows, highs, oks = [], [], []
         for c in found:
             b = c.bounds
+            run = self._contiguous_run(b, variables)
+            if run is not None:
+                oks.append(f"fc_indices_ok({run[0]}, {run[1]}, {b.size}, {b.site}, fc_err)")
+                continue
             low, high = self.fresh("fc_low"), self.fresh("fc_high")
             scan.place(b.scan(low, high))  # (what does not change along the loop goes to outer)
             lows.append(low)
             highs.append(high)
             oks.append(f"fc_bounds_ok({low}, {high}, {b.low}, {b.size}, {b.site}, fc_err)")
         ok = self.fresh("fc_ok")
-        outer.lines.extend(f"int64_t {low} = INT64_MAX, {high} = INT64_MIN;" for low, high in zip(lows, highs))
-        outer.lines.append(f"#pragma omp simd collapse({len(head)}) reduction(min: {', '.join(lows)}) "
-                           f"reduction(max: {', '.join(highs)})")
-        outer.lines.extend(head + indent(scan.lines) + tail)
+        if lows:
+            outer.lines.extend(f"int64_t {low} = INT64_MAX, {high} = INT64_MIN;" for low, high in zip(lows, highs))
+            outer.lines.append(f"#pragma omp simd collapse({len(head)}) reduction(min: {', '.join(lows)}) "
+                               f"reduction(max: {', '.join(highs)})")
+            outer.lines.extend(head + indent(scan.lines) + tail)
         outer.lines.append(f"const bool {ok} = {' && '.join(oks)};")
         return ok
+
+    def _contiguous_run(self, b: BoundsCheck, variables: list[tuple[str, Any]]) -> tuple[str, str] | None:
+        """(the C++ address of the first, their count) where the indices ``b`` checks are read
+        unmasked from an int64 buffer at consecutive places along the loop's one variable, and
+        checked in [0, size); else None."""
+        if b.read is None or len(variables) != 1:
+            return None
+        buf, index = b.read
+        index = sympy.expand(sympy.sympify(index))
+        by_name = {s.name: s for s in index.free_symbols}
+        var = by_name.get(variables[0][0])
+        if var is None or any(name in self.indirect or name in self.rnames - {var.name} for name in by_name):
+            return None
+        start = index.subs(var, 0)
+        if sympy.expand(index - start - var) != 0:
+            return None
+        return f"{buf} + ({self.index(start)})", str(variables[0][1])
 
     def _welford_second_pass(self, accs: list[Accumulator], head, tail, rs, outer: Scope) -> None:
         """Mean from the first loop's sums, then a second loop summing squared deviations: two

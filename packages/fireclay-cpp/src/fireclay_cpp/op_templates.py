@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sympy
 
@@ -43,6 +43,7 @@ class CValue(Value):
     acc: Accumulator | None = None  # set on reduction values: they live in an accumulator
     varying: bool | None = None  # changes along the reduction loop (None: if a dependency does)
     bounds: BoundsCheck | None = None  # set on ops.check_bounds values: a loop may check them first
+    read: tuple[str, Any] | None = None  # (buffer, index) of an int64 value that is a plain load
 
     def in_loop(self) -> bool:
         """Whether it must be computed inside the reduction loop; the rest is hoisted out."""
@@ -74,6 +75,7 @@ class BoundsCheck:
     low: str  # C++ text of the bounds: low <= index < size
     size: str
     live: CValue | None  # the mask: a masked-off index is not checked
+    read: tuple[str, Any] | None  # (buffer, index) the index is loaded from, unmasked, checked in [0, size)
     checked_code: str  # the declaration checking on its own (a scalar check)
     unchecked_code: str  # the declaration once a scan has checked the loop's indices
 
@@ -179,7 +181,10 @@ class CppOps(KernelOps):
         dtype = self.gen.buffer_dtype(buf)
         self.gen.use_buffer(buf, write=False)
         self.gen.accesses.append(index)
-        return self._val(_widen(dtype, f"{buf}[{text}]"), ctype(dtype), deps, self._varies(index), loads=buf)
+        value = self._val(_widen(dtype, f"{buf}[{text}]"), ctype(dtype), deps, self._varies(index), loads=buf)
+        if dtype == "int64":
+            value.read = (buf, index)
+        return value
 
     def masked_load(self, buf, index, mask):
         if buf in self.gen.local:
@@ -238,7 +243,10 @@ class CppOps(KernelOps):
 
     def to_dtype(self, x, dtype):
         t = ctype(dtype)
-        return self._val(_round_half(dtype, f"({t})({x.name})"), t, [x])
+        value = self._val(_round_half(dtype, f"({t})({x.name})"), t, [x])
+        if x.read is not None and t == x.ctype:
+            value.read = x.read
+        return value
 
     def random(self, kind, seed, offset):
         text, deps = self._index(offset)
@@ -259,6 +267,7 @@ class CppOps(KernelOps):
         expr = f"fc_check_bounds({value.name}, {low}, {n}, {mask.name if live else 'true'}, {k}, fc_err)"
         checked = self._val(expr, "int64_t", [value] + deps + live)
         checked.bounds = BoundsCheck(site=k, value=value, low=low, size=n, live=mask if live else None,
+                                     read=value.read if not live and not negative else None,
                                      checked_code=checked.code,
                                      unchecked_code=f"int64_t {checked.name} = {value.name};")
         self.gen.bounds_checks.append(checked)

@@ -18,6 +18,7 @@ from check_cases import (  # noqa: E402
     INDEX_OPS,
     INDEX_VALUES,
     ROWS,
+    IndexOp,
     check_against_eager,
     division_inputs,
     division_program,
@@ -47,7 +48,7 @@ def test_indirect_index_matches_eager(op, value):
     if error is not None:
         assert isinstance(error, IndexOutOfBounds)
         bad = INDEX_VALUES[value](op.size)
-        assert f"index {bad} is out of bounds for dimension" in str(error) and f"with size {op.size}" in str(error)
+        assert f"index {bad} is out of bounds for {op.site}" in str(error) and f"with size {op.size}" in str(error)
 
 
 @pytest.mark.parametrize("zero", [False, True], ids=["nonzero", "zero"])
@@ -101,22 +102,58 @@ def test_checks_can_be_turned_off(monkeypatch):
     torch.testing.assert_close(compiled(x, idx)[0], builder.eager(x, idx)[0], rtol=0, atol=0)
 
 
-def test_indices_read_in_a_loop_are_checked_before_it():
+def _kernels(compiled) -> str:
+    return "".join(src.split('extern "C" void kernel', 1)[1] for src in compiled.cpp_sources
+                   if 'extern "C" void kernel' in src)
+
+
+def _strided_gather_then_sum(b, x, i):
+    """A gather feeding a sum whose indices are every other one of a row: not one run of memory."""
+    return b.call("sum.dim_IntList", b.call("gather.default", x, 1, b.call("slice.Tensor", i, 1, 0, 6, 2)), [1])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_indices_read_in_a_loop_are_checked_before_it(layout):
     """A gather feeding a sum: the loop over the gathered values holds no check per index (a
-    branch and a call there keep the loop from vectorising); the indices are scanned first (a
-    min/max reduction), and one out of range raises, naming it."""
+    branch and a call there keep the loop from vectorising); the indices are checked first, and
+    one out of range raises, naming it. Indices that are one run of an int64 buffer are checked
+    in place as 32-bit words (``fc_indices_ok``); others by a min/max scan of the loop's indices."""
     op = next(o for o in INDEX_OPS if o.name == "gather_then_sum")
+    if layout == "strided":
+        op = IndexOp("strided_gather_then_sum", _strided_gather_then_sum, op.size, (ROWS, 6))
     builder, compiled = _compiled(op.name, lambda: index_program(op))
-    kernels = "".join(src.split('extern "C" void kernel', 1)[1] for src in compiled.cpp_sources if 'extern "C" void kernel' in src)
+    kernels = _kernels(compiled)
     assert "fc_check_bounds(" not in kernels
-    assert "fc_bounds_ok(" in kernels and "reduction(min: fc_low" in kernels
+    if layout == "contiguous":
+        assert "fc_indices_ok(in_idx + (3*x0), 3, 5, " in kernels and "reduction(min: fc_low" not in kernels
+    else:
+        assert "fc_bounds_ok(" in kernels and "reduction(min: fc_low" in kernels and "fc_indices_ok(" not in kernels
     x, idx = index_inputs(op, "in_range")
     torch.testing.assert_close(compiled(x, idx)[0], builder.eager(x, idx)[0])
-    for bad in (op.size, -1, HUGE):
+    for bad in (op.size, -1, HUGE, -HUGE, 2**32 + 1, -2**32):
         idx_bad = idx.clone()
-        idx_bad[ROWS - 1, 1] = bad
+        idx_bad[ROWS - 1, 2] = bad
         with pytest.raises(IndexError, match=f"index {bad} is out of bounds for dimension 1 of gather with size {op.size}"):
             compiled(x, idx_bad)
+
+
+@pytest.mark.parametrize("count", [3, 4, 9])
+def test_word_scan_of_every_run_length(count):
+    """``fc_indices_ok`` reads the indices 8 words at a time, then the rest: every position of
+    runs of several lengths is checked, high words (2**32 + 1) included."""
+    b = AtenBuilder()
+    x, i = torch.randn(2, 6), torch.randint(0, 6, (2, count))
+    program = b.output(b.call("sum.dim_IntList", b.call("gather.default", b.input(x, "x"), 1, b.input(i, "idx")), [1]))
+    compiled = compile_program(program)
+    assert "fc_indices_ok(" in _kernels(compiled)
+    torch.testing.assert_close(compiled(x, i)[0], b.eager(x, i)[0])
+    for row in range(2):
+        for col in range(count):
+            for bad in (6, -1, 2**32 + 1):
+                bad_i = i.clone()
+                bad_i[row, col] = bad
+                with pytest.raises(IndexError, match=f"index {bad} is out of bounds"):
+                    compiled(x, bad_i)
 
 
 @pytest.mark.parametrize("value", list(INDEX_VALUES))
