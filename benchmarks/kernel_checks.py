@@ -3,12 +3,17 @@ bounds-checked, integer divisors checked for zero): programs made of indirect lo
 with the checks on and off in one process, timed interleaved.
 
     python -m benchmarks.kernel_checks [--threads 1] [--repeats 15] [--models bert,mlp] [--clock cpu]
+    python -m benchmarks.kernel_checks --device cuda [--repeats 15] [--models bert]
 
 Prints milliseconds per call (median) with the checks on and off, and the slowdown, per program;
 ``--models`` also times models of the benchmark suite (two builds of each, one per variant).
 ``--clock cpu`` times the process's CPU time instead of the wall clock: on a machine others load,
 the time the process waits for a core is not counted (with ``--threads 1``, its CPU time is the
-work done).
+work done). ``--device cuda`` puts the inputs (and models) on the GPU, so the programs compile to
+Triton kernels, whose checks are device-side asserts in kernels compiled in Triton's debug mode;
+times are wall time between synchronisations, and kernels compile before timing (no background
+compile). Integer division is not checked on CUDA (eager gives a value there), so its two variants
+are the same code.
 """
 
 from __future__ import annotations
@@ -24,7 +29,12 @@ import fireclay
 import fireclay_loops
 
 
-def _programs() -> dict:
+def _programs(device: str = "cpu") -> dict:
+    """name -> (function, its arguments on ``device``)."""
+    return {name: (fn, tuple(a.to(device) for a in args)) for name, (fn, args) in _cpu_programs().items()}
+
+
+def _cpu_programs() -> dict:
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(50_000, 256, generator=gen)
     ids = torch.randint(0, 50_000, (64, 512), generator=gen)
@@ -54,15 +64,24 @@ def _compiled(fn, args, checks: bool, kwargs=None):
     and ``kwargs``."""
     fireclay_loops.config.kernel_checks = checks
     try:
-        compiled = fireclay.compile(fn)
-        with torch.no_grad():
-            compiled(*args, **(kwargs or {}))
+        # (CUDA graphs compile in the background by default, running in the interpreter meanwhile:
+        # the first call here must leave the compiled kernels in place)
+        with fireclay.config.patch(background_compile=False):
+            compiled = fireclay.compile(fn)
+            with torch.no_grad():
+                compiled(*args, **(kwargs or {}))
         return compiled if not kwargs else lambda *a: compiled(*a, **kwargs)
     finally:
         fireclay_loops.config.kernel_checks = True
 
 
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+def _cuda_wall() -> float:
+    """The wall clock once the GPU has finished the work queued so far."""
+    torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time, "cuda": _cuda_wall}
 
 
 def _ms(fn, args, runs: int, clock=time.perf_counter) -> float:
@@ -82,18 +101,31 @@ def main() -> None:
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
                         help="wall: elapsed time; cpu: the process's CPU time (steadier on a loaded machine)")
     parser.add_argument("--only", default="", help="time only these indexing programs (comma-separated)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cpu: C++ kernels; cuda: Triton kernels on the GPU")
     options = parser.parse_args()
     if options.threads:
         torch.set_num_threads(options.threads)
+    if options.device == "cuda":
+        if not torch.cuda.is_available():
+            parser.error("--device cuda needs a CUDA GPU")
+        if options.clock == "cpu":
+            parser.error("--clock cpu times the host only; on --device cuda times are wall time between syncs")
+        options.clock = "cuda"
+    print(f"device {options.device} ({torch.cuda.get_device_name() if options.device == 'cuda' else 'C++'}), "
+          f"clock {options.clock}", flush=True)
     print(f"{'program':<18} {'checks on ms':>13} {'checks off ms':>14} {'slowdown':>9}")
     pairs = [] if options.only_models else [
         (name, _compiled(_copy(fn, "on"), args, True), _compiled(_copy(fn, "off"), args, False), args)
-        for name, (fn, args) in _programs().items() if not options.only or name in options.only.split(",")]
+        for name, (fn, args) in _programs(options.device).items()
+        if not options.only or name in options.only.split(",")]
     for name in filter(None, options.models.split(",")):
         from benchmarks.models import get_model
 
         built = [get_model(name).build("small") for _ in range(2)]  # (a module each: guards tell them apart)
-        inputs = built[0].inputs(0)
+        for b in built:
+            b.module.to(options.device)
+        inputs = built[0].inputs(0, options.device)
         on, off = (_compiled(b.module, inputs.args, checks, inputs.kwargs) for b, checks in zip(built, (True, False)))
         pairs.append((name, on, off, inputs.args))
     for name, on, off, args in pairs:
