@@ -219,3 +219,22 @@ def test_attention_masks_reach_the_kernel_aligned(op, keys, bias_shape):
     strides = [s for n, s in zip(arg.size[:-1], arg.stride[:-1]) if int(n) != 1]
     assert all(int(s) % 16 == 0 for s in strides), (arg.size, arg.stride)
     assert int(arg.offset) % 16 == 0 and int(arg.stride[-1]) == 1
+
+
+def test_one_aligned_mask_serves_every_attention_call():
+    """A computed mask read by several attention calls (one per layer) is stored aligned once."""
+    from fireclay_loops.ir import ExternNode
+    from fireclay_loops.lowering.extern import BIAS_POSITIONS
+
+    op = "_scaled_dot_product_efficient_attention.default"
+    b = AtenBuilder()
+    q = b.input(torch.randn(2, 3, 5, 8))
+    kv = b.input(torch.randn(2, 3, 7, 8))
+    bias = b.call("expand.default", b.call("mul.Tensor", b.input(torch.randn(2, 1, 1, 7)), 0.5), [2, 3, 5, 7])
+    first = b.call(op, q, kv, kv, bias, False)
+    second = b.call(op, first[0], kv, kv, bias, False)
+    lowered = lower(b.output(second[0]))
+    calls = [n for n in lowered.nodes if isinstance(n, ExternNode) and "attention" in n.op]
+    assert len(calls) == 2
+    masks = {calls[i].args[BIAS_POSITIONS[op]].buffer for i in range(2)}
+    assert len(masks) == 1, masks

@@ -101,7 +101,10 @@ def _aligned_bias(ctx: LoweringContext, replace: dict[Any, TensorValue]) -> dict
     if last is None:
         return replace  # a symbolic row length: the kernel's own check reports it
     padded = [*v.size[:-1], sympy.Integer(-(-last // BIAS_ALIGNMENT) * BIAS_ALIGNMENT)]
-    return {**replace, a: ctx.pointwise(v.size, v.dtype, v.device, v.load, stride=exprs.contiguous_strides(padded))}
+    # the graph value now stands for the aligned buffer: the next attention call reading the same
+    # mask (one per layer) finds it aligned, instead of storing a copy of its own
+    aligned = ctx.env[a] = ctx.pointwise(v.size, v.dtype, v.device, v.load, stride=exprs.contiguous_strides(padded))
+    return {**replace, a: aligned}
 
 
 def lower_fused_attention(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
