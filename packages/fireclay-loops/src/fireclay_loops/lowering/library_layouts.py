@@ -1,0 +1,132 @@
+"""The layouts library calls really return, for the layouts their operands really have.
+
+An extern call's results are declared in the graph with the strides the trace saw, and the trace
+saw the operands in eager's layouts. The lowering chooses its own layouts for what it computes,
+and several library kernels lay out their results after an operand: fused attention (flash,
+cuDNN; forward and backward) writes its output in the query's dimension order, the
+memory-efficient kernel always in (batch, sequence, heads, dim) order. A result planned in the
+traced strides while the library returns others is copied into the plan by the wrapper on every
+call (the generated wrappers check and ``conform``).
+
+So the lowering asks the op's meta kernel (torch's meta registrations describe the CUDA kernels'
+layouts too, on a build without CUDA) what it returns for meta tensors with the operands' planned
+sizes, strides and offsets, and plans each result in that layout when it is dense (a permutation
+of a contiguous tensor, starting at its origin). Sizes that are symbols are run at their hints,
+and the dimension order found is rebuilt over the symbolic sizes. Where a meta kernel is absent,
+fails, or returns something else (a view into an operand, a padded or packed result) the traced
+strides are kept: the wrapper's check then copies only when the library differs.
+
+Known differences between a meta kernel and the CUDA kernel it stands for (torch 2.11-2.13):
+``_scaled_dot_product_efficient_attention_backward`` declares its gradients in (batch, sequence,
+heads, dim) order always, while the kernel gives the query's gradient the query's strides, and
+packs the gradients of a query, key and value that share one storage into one allocation; the
+wrapper's check conforms those. mm, bmm, addmm, flash and cuDNN attention (forward and
+backward) and the memory-efficient forward agree with the kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sympy
+
+from fireclay_loops import exprs
+from fireclay_loops.ir import Buffer, TensorArg
+
+
+def dense_order(size: Sequence[int], stride: Sequence[int]) -> list[int] | None:
+    """The dimensions outermost first, when ``stride`` lays ``size`` out densely in that order
+    (dimensions of extent 1, whose strides address nothing, first); None for a layout with gaps
+    or overlaps, or no elements."""
+    if any(n == 0 for n in size):
+        return None
+    big = sorted((k for k in range(len(size)) if size[k] != 1), key=lambda k: -stride[k])
+    step = 1
+    for k in reversed(big):
+        if stride[k] != step:
+            return None
+        step *= size[k]
+    return [k for k in range(len(size)) if size[k] == 1] + big
+
+
+def strides_in_order(size: Sequence[Any], order: Sequence[int]) -> list[sympy.Expr]:
+    """Dense strides of ``size`` whose dimensions are laid out in ``order`` (outermost first)."""
+    out: list[sympy.Expr] = [sympy.Integer(0)] * len(size)
+    step: sympy.Expr = sympy.Integer(1)
+    for k in reversed(list(order)):
+        out[k] = step
+        step = step * exprs.as_expr(size[k])
+    return out
+
+
+class _Symbolic(Exception):
+    """An argument this module cannot make concrete."""
+
+
+def _meta_arg(a: Any, buffers: Mapping[str, Buffer], hints: Mapping[str, int]) -> Any:
+    import torch
+
+    from fireclay_loops.reference import DTYPE
+
+    def concrete(e: Any) -> int:
+        try:
+            return int(exprs.hint(e, hints))
+        except Exception as err:  # an unbound symbol
+            raise _Symbolic(str(err)) from None
+
+    if isinstance(a, TensorArg):
+        size = [concrete(s) for s in a.size]
+        stride = [concrete(s) for s in a.stride]
+        offset = concrete(a.offset)
+        need = offset + 1 + sum((n - 1) * abs(s) for n, s in zip(size, stride)) if all(size) else offset
+        base = torch.empty(max(need, 1), dtype=DTYPE[buffers[a.buffer].dtype], device="meta")
+        return base.as_strided(size, stride, offset)
+    if isinstance(a, sympy.Basic):
+        return concrete(a)
+    if isinstance(a, (list, tuple)):
+        return type(a)(_meta_arg(x, buffers, hints) for x in a)
+    kind = type(a).__name__
+    if kind == "DType":
+        return DTYPE[a.name]
+    if kind == "Device":
+        return torch.device("meta")  # what the op makes stays on the meta device
+    if kind in ("Layout", "MemoryFormat"):
+        return getattr(torch, a.name)
+    return a
+
+
+def result_strides(op: str, args: Sequence[Any], kwargs: Mapping[str, Any], buffers: Mapping[str, Buffer],
+                   hints: Mapping[str, int], sizes: Sequence[Sequence[Any] | None]) -> list[list[sympy.Expr] | None]:
+    """For each result of the library call ``op(*args, **kwargs)`` (``sizes``: each result's
+    declared size, None for a non-tensor), the strides the library returns it in, when the meta
+    kernel tells and they are dense from the origin; None where the traced strides should stay."""
+    unknown: list[list[sympy.Expr] | None] = [None] * len(sizes)
+    try:
+        import torch
+
+        from fireclay_loops.backend.runtime import aten_op
+    except ImportError:  # installed without torch: the traced layouts
+        return unknown
+    try:
+        fn = aten_op(op)
+        meta_args = _meta_arg(tuple(args), buffers, hints)
+        meta_kwargs = {k: _meta_arg(v, buffers, hints) for k, v in kwargs.items()}
+        with torch.no_grad():
+            result = fn(*meta_args, **meta_kwargs)
+    except Exception:  # no meta kernel, a data-dependent op, a symbol without a hint: keep the trace's
+        return unknown
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    out = list(unknown)
+    for k, (r, size) in enumerate(zip(results, sizes)):
+        if size is None or not isinstance(r, torch.Tensor) or r.device.type != "meta" or r.storage_offset() != 0:
+            continue
+        if len(size) != r.dim() or any(exprs.to_static(n) not in (None, m) for n, m in zip(size, r.shape)):
+            continue
+        got, stride = list(r.shape), list(r.stride())
+        order = dense_order(got, stride)
+        if order is None:
+            continue
+        static = all(exprs.to_static(n) is not None for n in size)
+        out[k] = [sympy.Integer(s) for s in stride] if static else strides_in_order(size, order)
+    return out
