@@ -7,10 +7,9 @@ from typing import Any
 
 import torch
 
-from fireclay_ir import Device, DType, Graph, Program, ScalarType, TensorMeta, Value
-from fireclay_loops.reference import DTYPE
+from fireclay_ir import DTYPES, Device, DType, Graph, Program, ScalarType, TensorMeta, Value
 
-_NAMES = {v: k for k, v in DTYPE.items()}
+_NAMES = {getattr(torch, n): n for n in DTYPES if isinstance(getattr(torch, n, None), torch.dtype)}
 
 
 def aten_op(name: str):

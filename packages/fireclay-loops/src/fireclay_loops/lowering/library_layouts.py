@@ -20,8 +20,11 @@ Known differences between a meta kernel and the CUDA kernel it stands for (torch
 ``_scaled_dot_product_efficient_attention_backward`` declares its gradients in (batch, sequence,
 heads, dim) order always, while the kernel gives the query's gradient the query's strides, and
 packs the gradients of a query, key and value that share one storage into one allocation; the
-wrapper's check conforms those. mm, bmm, addmm, flash and cuDNN attention (forward and
-backward) and the memory-efficient forward agree with the kernels.
+wrapper's check conforms those. ``convolution``'s meta kernel answers contiguous always (meta
+tensors carry no device to choose a backend by), where cuDNN and oneDNN write channels-last for
+a channels-last input or weight: :data:`RULES` holds that rule instead. mm, bmm, addmm, flash
+and cuDNN attention (forward and backward), the memory-efficient forward and
+``convolution_backward`` agree with the kernels.
 """
 
 from __future__ import annotations
@@ -60,27 +63,34 @@ def strides_in_order(size: Sequence[Any], order: Sequence[int]) -> list[sympy.Ex
     return out
 
 
-class _Symbolic(Exception):
+class _NotConcrete(Exception):
     """An argument this module cannot make concrete."""
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise _NotConcrete(f"torch has no dtype {name}")
+    return dtype
 
 
 def _meta_arg(a: Any, buffers: Mapping[str, Buffer], hints: Mapping[str, int]) -> Any:
     import torch
 
-    from fireclay_loops.reference import DTYPE
-
     def concrete(e: Any) -> int:
         try:
             return int(exprs.hint(e, hints))
         except Exception as err:  # an unbound symbol
-            raise _Symbolic(str(err)) from None
+            raise _NotConcrete(str(err)) from None
 
     if isinstance(a, TensorArg):
         size = [concrete(s) for s in a.size]
         stride = [concrete(s) for s in a.stride]
         offset = concrete(a.offset)
         need = offset + 1 + sum((n - 1) * abs(s) for n, s in zip(size, stride)) if all(size) else offset
-        base = torch.empty(max(need, 1), dtype=DTYPE[buffers[a.buffer].dtype], device="meta")
+        base = torch.empty(max(need, 1), dtype=_torch_dtype(buffers[a.buffer].dtype), device="meta")
         return base.as_strided(size, stride, offset)
     if isinstance(a, sympy.Basic):
         return concrete(a)
@@ -88,12 +98,30 @@ def _meta_arg(a: Any, buffers: Mapping[str, Buffer], hints: Mapping[str, int]) -
         return type(a)(_meta_arg(x, buffers, hints) for x in a)
     kind = type(a).__name__
     if kind == "DType":
-        return DTYPE[a.name]
+        return _torch_dtype(a.name)
     if kind == "Device":
         return torch.device("meta")  # what the op makes stays on the meta device
     if kind in ("Layout", "MemoryFormat"):
         return getattr(torch, a.name)
     return a
+
+
+def _convolution_strides(args: Sequence[Any], sizes: Sequence[Sequence[Any] | None]) -> list[list[sympy.Expr] | None]:
+    """A 2-D convolution's result: channels-last when its input or weight is (cuDNN's and
+    oneDNN's choice), else contiguous. (Its meta kernel answers contiguous always: meta tensors
+    carry no device to pick a backend by.)"""
+    from fireclay_loops import layout
+
+    x, w = args[0], args[1]
+    size = sizes[0]
+    if size is None or len(size) != 4 or not all(isinstance(t, TensorArg) and len(t.size) == 4 for t in (x, w)):
+        return [None] * len(sizes)
+    cl = any(layout.is_channels_last(t.size, t.stride) for t in (x, w))
+    return [layout.channels_last_strides(size) if cl else exprs.contiguous_strides(size)]
+
+
+# ops whose meta kernel does not describe the library's layout, and the rule that does
+RULES = {"aten::convolution.default": _convolution_strides}
 
 
 def result_strides(op: str, args: Sequence[Any], kwargs: Mapping[str, Any], buffers: Mapping[str, Buffer],
@@ -102,6 +130,8 @@ def result_strides(op: str, args: Sequence[Any], kwargs: Mapping[str, Any], buff
     declared size, None for a non-tensor), the strides the library returns it in, when the meta
     kernel tells and they are dense from the origin; None where the traced strides should stay."""
     unknown: list[list[sympy.Expr] | None] = [None] * len(sizes)
+    if op in RULES:
+        return RULES[op](args, sizes)
     try:
         import torch
 
