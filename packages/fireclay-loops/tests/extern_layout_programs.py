@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from aten_builder import AtenBuilder
@@ -117,6 +118,82 @@ for _name, _order in HEAD_ORDERS.items():
 for _name, _order in {"nchw": (0, 1, 2, 3), "nhwc": (0, 2, 3, 1)}.items():
     CASES.append(Case(name=f"convolution-{_name}", inputs=(((2, 3, 6, 6), _order), ((4, 3, 3, 3), (0, 1, 2, 3))),
                       build=_convolution, atol=1e-4, eager_strides=_name == "nchw"))
+
+
+# -- an attention block of a language model -------------------------------------------------
+
+ATTENTION_SIZES = (2, 6, 4, 8)  # batch, sequence, heads, head dim
+B, S, H, D = ATTENTION_SIZES
+E = H * D
+
+
+def attention_inputs(gen: torch.Generator, dtype=torch.float32, device: str = "cpu") -> list[torch.Tensor]:
+    shapes = [(B, S, E), (E, E), (E, E), (E, E), (E, E), (S, D), (S, D), (B * S, E)]
+    return [(torch.randn(*s, generator=gen) * 0.3).to(device=device, dtype=dtype) for s in shapes]
+
+
+def _heads(b, x2, w):
+    """A projection split into heads: linear + view + transpose, (batch, heads, seq, dim)."""
+    p = b.call("view.default", b.call("mm.default", x2, b.call("t.default", w)), [B, S, H, D])
+    return b.call("transpose.int", p, 1, 2)
+
+
+def _rotary(b, t, cos, sin):
+    return b.call("add.Tensor", b.call("mul.Tensor", t, cos), b.call("mul.Tensor", b.call("neg.default", t), sin))
+
+
+def _merged(b, t):
+    """Heads merged back for the output projection: transpose + view (a view only when the
+    attention output lies in (batch, seq, heads, dim) order, as eager's does)."""
+    return b.call("view.default", b.call("transpose.int", t, 1, 2), [B * S, E])
+
+
+def _forward(b, kind, q, k, v):
+    """(output, the results its backward needs)."""
+    if kind == "cudnn":
+        r = b.call("_scaled_dot_product_cudnn_attention.default", q, k, v, None, True, 0.0, True)
+        return r[0], r
+    if kind == "flash":
+        r = b.call("_scaled_dot_product_flash_attention.default", q, k, v, 0.0, True)
+        return r[0], r
+    r = b.call("_scaled_dot_product_efficient_attention.default", q, k, v, None, True, 0.0, True)
+    return r[0], r
+
+
+def _backward(b, kind, grad, q, k, v, out, r):
+    if kind == "cudnn":
+        return b.call("_scaled_dot_product_cudnn_attention_backward.default", grad, q, k, v, out, r[1], r[6], r[7],
+                      None, r[2], r[3], S, S, 0.0, True)
+    if kind == "flash":
+        return b.call("_scaled_dot_product_flash_attention_backward.default", grad, q, k, v, out, r[1], r[2], r[3],
+                      S, S, 0.0, True, r[6], r[7])
+    return b.call("_scaled_dot_product_efficient_attention_backward.default", grad, q, k, v, None, out, r[1],
+                  r[2], r[3], 0.0, [True, True, True, False], True)[:3]
+
+
+def attention_block(kind: str, rotary: bool, training: bool, gen: torch.Generator, dtype=torch.float32,
+                    device: str = "cuda") -> tuple[AtenBuilder, Any]:
+    """(builder, program): Llama's attention typed on ``device`` with the fused CUDA kernel
+    ``kind`` (cudnn, flash, efficient): q, k, v from linear + view + transpose (a rotary
+    embedding on q and k), fused attention, the output projection; with ``training`` also the
+    backward of the attention and of the projections' weights. Its inputs:
+    :func:`attention_inputs`."""
+    b = AtenBuilder(device=device)
+    x, wq, wk, wv, wo, cos, sin, grad_y = (b.input(t, f"x{i}") for i, t in enumerate(attention_inputs(gen, dtype)))
+    x2 = b.call("view.default", x, [B * S, E])
+    q, k, v = (_heads(b, x2, w) for w in (wq, wk, wv))
+    if rotary:
+        q, k = _rotary(b, q, cos, sin), _rotary(b, k, cos, sin)
+    out, r = _forward(b, kind, q, k, v)
+    y = b.call("mm.default", _merged(b, out), b.call("t.default", wo))
+    if not training:
+        return b, b.output(y)
+    grad_out = b.call("transpose.int", b.call("view.default", b.call("mm.default", grad_y, wo), [B, S, H, D]), 1, 2)
+    dq, dk, dv = _backward(b, kind, grad_out, q, k, v, out, r)
+    if rotary:
+        dq, dk = _rotary(b, dq, cos, sin), _rotary(b, dk, cos, sin)
+    grads = [b.call("mm.default", b.call("t.default", _merged(b, g)), x2) for g in (dq, dk, dv)]
+    return b, b.output(y, *grads)
 
 
 def same_strides(shape: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:

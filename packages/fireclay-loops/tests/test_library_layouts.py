@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from aten_builder import AtenBuilder  # noqa: E402
-from extern_layout_programs import CASES, check_against_eager, same_strides  # noqa: E402
+from extern_layout_programs import ATTENTION_SIZES, CASES, attention_block, check_against_eager, same_strides  # noqa: E402
 
 from fireclay_ir import TensorMeta  # noqa: E402
 from fireclay_loops import lower, schedule  # noqa: E402
@@ -79,77 +79,12 @@ def test_planned_results_are_what_the_cpu_library_returns(case):
 
 # -- an attention block planned for CUDA ------------------------------------------------------
 
-B, S, H, D = 2, 6, 4, 8
-E = H * D
-
-
-def _heads(b, x2, w):
-    """A projection split into heads: linear + view + transpose, (batch, heads, seq, dim)."""
-    p = b.call("view.default", b.call("mm.default", x2, b.call("t.default", w)), [B, S, H, D])
-    return b.call("transpose.int", p, 1, 2)
-
-
-def _rotary(b, t, cos, sin):
-    return b.call("add.Tensor", b.call("mul.Tensor", t, cos), b.call("mul.Tensor", b.call("neg.default", t), sin))
-
-
-def _merged(b, t):
-    """Heads merged back for the output projection: transpose + view (a view only when the
-    attention output lies in (batch, seq, heads, dim) order, as eager's does)."""
-    return b.call("view.default", b.call("transpose.int", t, 1, 2), [B * S, E])
-
-
-def _forward(b, kind, q, k, v):
-    """(output, the results its backward needs)."""
-    if kind == "cudnn":
-        r = b.call("_scaled_dot_product_cudnn_attention.default", q, k, v, None, True, 0.0, True)
-        return r[0], r
-    if kind == "flash":
-        r = b.call("_scaled_dot_product_flash_attention.default", q, k, v, 0.0, True)
-        return r[0], r
-    r = b.call("_scaled_dot_product_efficient_attention.default", q, k, v, None, True, 0.0, True)
-    return r[0], r
-
-
-def _backward(b, kind, grad, q, k, v, out, r):
-    if kind == "cudnn":
-        return b.call("_scaled_dot_product_cudnn_attention_backward.default", grad, q, k, v, out, r[1], r[6], r[7],
-                      None, r[2], r[3], S, S, 0.0, True)
-    if kind == "flash":
-        return b.call("_scaled_dot_product_flash_attention_backward.default", grad, q, k, v, out, r[1], r[2], r[3],
-                      S, S, 0.0, True, r[6], r[7])
-    return b.call("_scaled_dot_product_efficient_attention_backward.default", grad, q, k, v, None, out, r[1],
-                  r[2], r[3], 0.0, [True, True, True, False], True)[:3]
-
-
-def _attention_block(kind: str, rotary: bool, training: bool):
-    """Llama's attention on device cuda: q, k, v from linear + view + transpose (a rotary
-    embedding on q and k), fused attention, the output projection; with ``training`` also the
-    backward of the attention and of the projections' weights."""
-    b = AtenBuilder(device="cuda")
-    shapes = [(B, S, E), (E, E), (E, E), (E, E), (E, E), (S, D), (S, D), (B * S, E)]
-    x, wq, wk, wv, wo, cos, sin, grad_y = (b.input(torch.randn(*s), f"x{i}") for i, s in enumerate(shapes))
-    x2 = b.call("view.default", x, [B * S, E])
-    q, k, v = (_heads(b, x2, w) for w in (wq, wk, wv))
-    if rotary:
-        q, k = _rotary(b, q, cos, sin), _rotary(b, k, cos, sin)
-    out, r = _forward(b, kind, q, k, v)
-    y = b.call("mm.default", _merged(b, out), b.call("t.default", wo))
-    if not training:
-        return b.output(y)
-    grad_out = b.call("transpose.int", b.call("view.default", b.call("mm.default", grad_y, wo), [B, S, H, D]), 1, 2)
-    dq, dk, dv = _backward(b, kind, grad_out, q, k, v, out, r)
-    if rotary:
-        dq, dk = _rotary(b, dq, cos, sin), _rotary(b, dk, cos, sin)
-    grads = [b.call("mm.default", b.call("t.default", _merged(b, g)), x2) for g in (dq, dk, dv)]
-    return b.output(y, *grads)
-
-
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
 @pytest.mark.parametrize("rotary", [False, True], ids=["plain", "rotary"])
 @pytest.mark.parametrize("kind", ["cudnn", "flash", "efficient"])
 def test_attention_block_on_cuda_plans_no_copy_of_attention_results(kind, rotary, training):
-    scheduled = schedule(lower(_attention_block(kind, rotary, training)))
+    _, program = attention_block(kind, rotary, training, torch.Generator().manual_seed(2))
+    scheduled = schedule(lower(program))
     assert all(scheduled.program.buffers[b].device == "cuda" for b in scheduled.program.buffers)
     # what the CUDA kernels return, as torch's meta kernels describe them (a CPU build has them)
     assert _copies(scheduled, "meta") == [], str(scheduled)
@@ -174,6 +109,7 @@ def test_graph_outputs_keep_eager_strides_when_the_library_differs():
     """A fused attention result returned by the program keeps the metadata's (eager's)
     strides even where the planned query's layout makes the library return another."""
     b = AtenBuilder(device="cuda")
+    B, S, H, D = ATTENTION_SIZES
     q1, q2, k, v = (b.input(torch.randn(B, H, S, n), f"x{n}") for n in (D // 2, D // 2, D, D))
     q = b.call("cat.default", [q1, q2], -1)  # realized for the call in (batch, seq, heads, dim) order
     out = b.call("_scaled_dot_product_cudnn_attention.default", q, k, v, None, False, 0.0, True)[0]
