@@ -88,8 +88,8 @@ class LoweringContext:
         stay in (batch, sequence, heads, dim) order through a rotary embedding, so the fused
         attention kernel, which writes its output in its query's order, gives one that the
         output projection reads as a view. Only orders that keep the last dimension innermost
-        (the store of the innermost loop stays dense) or are channels-last (whose loops run in
-        memory order: :func:`layout.loop_order`) are followed."""
+        are followed: the store of the innermost loop stays dense (channels-last activations
+        are :mod:`fireclay_loops.layout`'s choice, with loops in their memory order)."""
         node = self.node
         if node is None or len(size) < 3:
             return None
@@ -106,7 +106,7 @@ class LoweringContext:
             order = library_layouts.dense_order(hints[:len(size)], hints[len(size):])
             if order is None or order == list(range(len(size))):
                 continue
-            if order[-1] != len(size) - 1 and not layout.is_channels_last(v.size, v.stride):
+            if order[-1] != len(size) - 1:
                 continue
             want = library_layouts.strides_in_order(size, order)
             if all(exprs.equal(x, y) or exprs.equal(n, 1) for n, x, y in zip(size, v.stride, want)):
