@@ -29,7 +29,9 @@ and cuDNN attention (forward and backward), the memory-efficient forward and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -76,34 +78,91 @@ def _torch_dtype(name: str) -> Any:
     return dtype
 
 
-def _meta_arg(a: Any, buffers: Mapping[str, Buffer], hints: Mapping[str, int]) -> Any:
-    import torch
+@dataclass(frozen=True)
+class _Tensor:
+    dtype: str
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
 
-    def concrete(e: Any) -> int:
+
+@dataclass(frozen=True)
+class _Named:
+    kind: str  # DType, Device, Layout, MemoryFormat
+    name: str
+
+
+@dataclass(frozen=True)
+class _Sequence:
+    is_list: bool
+    items: tuple[Any, ...]
+
+
+def _concrete(a: Any, buffers: Mapping[str, Buffer], hints: Mapping[str, int]) -> Any:
+    """A hashable, concrete form of an extern argument (sizes at their hints)."""
+
+    def number(e: Any) -> int:
         try:
             return int(exprs.hint(e, hints))
         except Exception as err:  # an unbound symbol
             raise _NotConcrete(str(err)) from None
 
     if isinstance(a, TensorArg):
-        size = [concrete(s) for s in a.size]
-        stride = [concrete(s) for s in a.stride]
-        offset = concrete(a.offset)
-        need = offset + 1 + sum((n - 1) * abs(s) for n, s in zip(size, stride)) if all(size) else offset
-        base = torch.empty(max(need, 1), dtype=_torch_dtype(buffers[a.buffer].dtype), device="meta")
-        return base.as_strided(size, stride, offset)
+        return _Tensor(buffers[a.buffer].dtype, tuple(number(s) for s in a.size), tuple(number(s) for s in a.stride),
+                       number(a.offset))
     if isinstance(a, sympy.Basic):
-        return concrete(a)
+        return number(a)
     if isinstance(a, (list, tuple)):
-        return type(a)(_meta_arg(x, buffers, hints) for x in a)
+        return _Sequence(isinstance(a, list), tuple(_concrete(x, buffers, hints) for x in a))
     kind = type(a).__name__
-    if kind == "DType":
-        return _torch_dtype(a.name)
-    if kind == "Device":
-        return torch.device("meta")  # what the op makes stays on the meta device
-    if kind in ("Layout", "MemoryFormat"):
+    if kind in ("DType", "Device", "Layout", "MemoryFormat"):
+        return _Named(kind, a.name)
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return a
+    raise _NotConcrete(f"an argument of type {kind}")
+
+
+def _meta(a: Any) -> Any:
+    """The argument a meta kernel takes for a :func:`_concrete` form."""
+    import torch
+
+    if isinstance(a, _Tensor):
+        need = a.offset + 1 + sum((n - 1) * abs(s) for n, s in zip(a.size, a.stride)) if all(a.size) else a.offset
+        base = torch.empty(max(need, 1), dtype=_torch_dtype(a.dtype), device="meta")
+        return base.as_strided(a.size, a.stride, a.offset)
+    if isinstance(a, _Sequence):
+        items = [_meta(x) for x in a.items]
+        return items if a.is_list else tuple(items)
+    if isinstance(a, _Named):
+        if a.kind == "DType":
+            return _torch_dtype(a.name)
+        if a.kind == "Device":
+            return torch.device("meta")  # what the op makes stays on the meta device
         return getattr(torch, a.name)
     return a
+
+
+Layout = tuple[tuple[int, ...], tuple[int, ...], int]  # a result's shape, strides, storage offset
+
+
+@functools.lru_cache(maxsize=4096)
+def _meta_results(op: str, args: _Sequence, kwargs: tuple[tuple[str, Any], ...]) -> tuple[Layout | None, ...] | None:
+    """The layout of each tensor result of ``op`` on meta tensors; None where the meta kernel
+    is absent or fails. (Cached: a model's layers make the same calls over and over, and a meta
+    kernel costs 0.1-1 ms.)"""
+    import torch
+
+    from fireclay_loops.backend.runtime import aten_op
+
+    try:
+        fn = aten_op(op)
+        with torch.no_grad():
+            result = fn(*_meta(args), **{k: _meta(v) for k, v in kwargs})
+    except Exception:  # no meta kernel, a data-dependent op: keep the trace's layouts
+        return None
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    return tuple((tuple(r.shape), tuple(r.stride()), r.storage_offset())
+                 if isinstance(r, torch.Tensor) and r.device.type == "meta" else None for r in results)
 
 
 def _convolution_strides(args: Sequence[Any], sizes: Sequence[Sequence[Any] | None]) -> list[list[sympy.Expr] | None]:
@@ -133,30 +192,27 @@ def result_strides(op: str, args: Sequence[Any], kwargs: Mapping[str, Any], buff
     if op in RULES:
         return RULES[op](args, sizes)
     try:
-        import torch
-
-        from fireclay_loops.backend.runtime import aten_op
+        import torch  # noqa: F401
     except ImportError:  # installed without torch: the traced layouts
         return unknown
     try:
-        fn = aten_op(op)
-        meta_args = _meta_arg(tuple(args), buffers, hints)
-        meta_kwargs = {k: _meta_arg(v, buffers, hints) for k, v in kwargs.items()}
-        with torch.no_grad():
-            result = fn(*meta_args, **meta_kwargs)
-    except Exception:  # no meta kernel, a data-dependent op, a symbol without a hint: keep the trace's
+        concrete_args = _concrete(tuple(args), buffers, hints)
+        concrete_kwargs = tuple(sorted((k, _concrete(v, buffers, hints)) for k, v in kwargs.items()))
+        results = _meta_results(op, concrete_args, concrete_kwargs)
+    except (_NotConcrete, TypeError):  # a symbol without a hint, an unhashable argument
         return unknown
-    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    if results is None:
+        return unknown
     out = list(unknown)
     for k, (r, size) in enumerate(zip(results, sizes)):
-        if size is None or not isinstance(r, torch.Tensor) or r.device.type != "meta" or r.storage_offset() != 0:
+        if size is None or r is None or r[2] != 0:
             continue
-        if len(size) != r.dim() or any(exprs.to_static(n) not in (None, m) for n, m in zip(size, r.shape)):
+        got, stride, _ = r
+        if len(size) != len(got) or any(exprs.to_static(n) not in (None, m) for n, m in zip(size, got)):
             continue
-        got, stride = list(r.shape), list(r.stride())
         order = dense_order(got, stride)
         if order is None:
             continue
         static = all(exprs.to_static(n) is not None for n in size)
-        out[k] = [sympy.Integer(s) for s in stride] if static else strides_in_order(size, order)
+        out[k] = [sympy.Integer(x) for x in stride] if static else strides_in_order(size, order)
     return out
