@@ -100,7 +100,8 @@ class LoweringContext:
             if not all(exprs.equal(x, y) for x, y in zip(v.size, size)):
                 continue
             try:
-                hints = [exprs.hint(x, self.out.symbols) for x in (*v.size, *v.stride)]
+                known = {n: h for n, h in self.out.symbols.items() if h is not None}
+                hints = [exprs.hint(x, known) for x in (*v.size, *v.stride)]
             except KeyError:
                 continue
             order = library_layouts.dense_order(hints[:len(size)], hints[len(size):])
@@ -248,7 +249,7 @@ class LoweringContext:
         returned = self._returned_values()
         # the layouts the library returns for these operands' layouts (library_layouts)
         library = library_layouts.result_strides(
-            op, args, kwargs, self.out.buffers, self.out.symbols,
+            op, args, kwargs, self.out.buffers, {n: h for n, h in self.out.symbols.items() if h is not None},
             [[exprs.as_expr(d) for d in o.meta.shape] if o.is_tensor else None for o in self.node.outputs])
         for k, o in enumerate(self.node.outputs):
             unread = not o.users and o not in graph_outputs
@@ -264,10 +265,11 @@ class LoweringContext:
             t = o.meta
             size = [exprs.as_expr(d) for d in t.shape]
             stride = [exprs.as_expr(s) for s in t.strides] if t.strides is not None else exprs.contiguous_strides(size)
-            if o not in returned and library[k] is not None:
+            written = library[k]
+            if o not in returned and written is not None:
                 # what the library writes for these operands: its readers take it as it is
                 # (a program output keeps eager's strides: the metadata's)
-                stride = library[k]
+                stride = written
             buf = Buffer(self.fresh("buf"), t.dtype, t.device, size, stride)
             if follows_cl and len(size) == 4:
                 # as the library writes it (one channel or one pixel included: those strides

@@ -161,7 +161,7 @@ def _meta_results(op: str, args: _Sequence, kwargs: tuple[tuple[str, Any], ...])
     except Exception:  # no meta kernel, a data-dependent op: keep the trace's layouts
         return None
     results = list(result) if isinstance(result, (tuple, list)) else [result]
-    return tuple((tuple(r.shape), tuple(r.stride()), r.storage_offset())
+    return tuple((tuple(int(n) for n in r.shape), tuple(int(x) for x in r.stride()), int(r.storage_offset()))
                  if isinstance(r, torch.Tensor) and r.device.type == "meta" else None for r in results)
 
 
