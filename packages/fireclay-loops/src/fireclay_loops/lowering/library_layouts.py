@@ -16,15 +16,17 @@ and the dimension order found is rebuilt over the symbolic sizes. Where a meta k
 fails, or returns something else (a view into an operand, a padded or packed result) the traced
 strides are kept: the wrapper's check then copies only when the library differs.
 
-Known differences between a meta kernel and the CUDA kernel it stands for (torch 2.11-2.13):
+Known differences between a meta kernel and the kernel it stands for (torch 2.13):
 ``_scaled_dot_product_efficient_attention_backward`` declares its gradients in (batch, sequence,
-heads, dim) order always, while the kernel gives the query's gradient the query's strides, and
-packs the gradients of a query, key and value that share one storage into one allocation; the
-wrapper's check conforms those. ``convolution``'s meta kernel answers contiguous always (meta
-tensors carry no device to choose a backend by), where cuDNN and oneDNN write channels-last for
-a channels-last input or weight: :data:`RULES` holds that rule instead. mm, bmm, addmm, flash
-and cuDNN attention (forward and backward), the memory-efficient forward and
-``convolution_backward`` agree with the kernels.
+heads, dim) order always, while the CUDA kernel gives the query's gradient the query's strides
+and packs the gradients of a query, key and value that share one storage into one allocation
+(the same order when the query is in that order, as the lowering stores computed heads); the
+wrapper's check conforms the rest. ``convolution``'s meta kernel answers contiguous always (meta
+tensors carry no device to choose a backend by), where cuDNN and oneDNN write channels-last for a
+channels-last input or weight: :data:`RULES` holds that rule instead. Checked against the CPU
+library by the tests: mm, bmm, addmm, convolution and the CPU flash attention forward and
+backward. The CUDA attention kernels (flash, cuDNN, memory-efficient, forward and backward) are
+planned from their meta kernels, which follow the kernels' allocation code.
 """
 
 from __future__ import annotations
