@@ -7,10 +7,9 @@ from typing import Any
 
 import torch
 
-from fireclay_ir import Device, DType, Graph, Program, ScalarType, TensorMeta, Value
-from fireclay_loops.reference import DTYPE
+from fireclay_ir import DTYPES, Device, DType, Graph, Program, ScalarType, TensorMeta, Value
 
-_NAMES = {v: k for k, v in DTYPE.items()}
+_NAMES = {getattr(torch, n): n for n in DTYPES if isinstance(getattr(torch, n, None), torch.dtype)}
 
 
 def aten_op(name: str):
@@ -30,14 +29,19 @@ class Handle:
 
 
 class AtenBuilder:
-    def __init__(self):
+    """``device``: the device the graph's values are typed on (default: the inputs'), so that a
+    program for a GPU can be planned, though not run, on a CPU."""
+
+    def __init__(self, device: str | None = None):
+        self.device = device
         self.graph = Graph("main")
         self.steps: list[tuple] = []  # (op, args, kwargs, outputs) for the eager replay
         self.inputs: list[Handle] = []
 
     def input(self, t: torch.Tensor, name: str = "x") -> Handle:
         meta = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-        h = Handle(self.graph.add_input(name, meta_of(t)), meta)
+        typed = meta_of(t) if self.device is None else meta_of(t).with_(device=self.device)
+        h = Handle(self.graph.add_input(name, typed), meta)
         self.inputs.append(h)
         return h
 
@@ -67,7 +71,8 @@ class AtenBuilder:
         # results come from meta kernels: they live on the device of the graph's inputs
         device = self.inputs[0].value.meta.device if self.inputs else "cpu"
         out = self.graph.call(op, self._ir_arg(args), {k: self._ir_arg(v) for k, v in kwargs.items()},
-                              out=[meta_of(r).with_(device=device) if r is not None else ScalarType("opaque")
+                              out=[meta_of(r).with_(device=device) if isinstance(r, torch.Tensor)
+                                   else ScalarType("int") if isinstance(r, int) else ScalarType("opaque")
                                    for r in results])
         handles = [Handle(v, r) for v, r in zip(out, results)]
         self.steps.append((op, args, kwargs, handles))

@@ -25,6 +25,7 @@ from fireclay_loops.ir import (
     LoopProgram,
     TensorArg,
 )
+from fireclay_loops.lowering import library_layouts
 from fireclay_loops.lowering.values import BufferValue, GeneratedValue, Index, TensorValue
 from fireclay_loops.ops import ops
 
@@ -50,6 +51,7 @@ class LoweringContext:
                               if channels_last is None else channels_last)
         self._reads_cl: dict[int, bool] = {}  # id(aten node) -> whether it reads a channels-last buffer
         self.library_channels_last: set[str] = set()  # library results planned channels-last
+        self._returned: set[Value] | None = None
 
     # -- naming
     def fresh(self, prefix: str) -> str:
@@ -73,7 +75,44 @@ class LoweringContext:
         contiguous."""
         if self.channels_last and layout.can_be_channels_last(size) and self._node_reads_channels_last():
             return layout.channels_last_strides(size)
+        order = self._input_order(size)
+        if order is not None:
+            return library_layouts.strides_in_order(size, order)
         return exprs.contiguous_strides(size)
+
+    def _input_order(self, size: Sequence[Any]) -> list[int] | None:
+        """The dimension order (outermost first) of the first buffer of ``size`` the current
+        node reads, when that buffer is dense in another order than the contiguous one with its
+        last dimension innermost; None otherwise. Eager's elementwise kernels lay their result
+        out in their inputs' order: attention heads split off a projection by view + transpose
+        stay in (batch, sequence, heads, dim) order through a rotary embedding, so the fused
+        attention kernel, which writes its output in its query's order, gives one that the
+        output projection reads as a view. Only orders that keep the last dimension innermost
+        are followed: the store of the innermost loop stays dense (channels-last activations
+        are :mod:`fireclay_loops.layout`'s choice, with loops in their memory order)."""
+        node = self.node
+        if node is None or len(size) < 3:
+            return None
+        for a in _values_in(list(node.args) + list(node.kwargs.values())):
+            v = self.env.get(a)
+            if not isinstance(v, BufferValue) or len(v.size) != len(size):
+                continue
+            if not all(exprs.equal(x, y) for x, y in zip(v.size, size)):
+                continue
+            try:
+                known = {n: h for n, h in self.out.symbols.items() if h is not None}
+                hints = [exprs.hint(x, known) for x in (*v.size, *v.stride)]
+            except KeyError:
+                continue
+            order = library_layouts.dense_order(hints[:len(size)], hints[len(size):])
+            if order is None or order == list(range(len(size))):
+                continue
+            if order[-1] != len(size) - 1:
+                continue
+            want = library_layouts.strides_in_order(size, order)
+            if all(exprs.equal(x, y) or exprs.equal(n, 1) for n, x, y in zip(size, v.stride, want)):
+                return order
+        return None
 
     def _node_reads_channels_last(self) -> bool:
         node = self.node
@@ -207,6 +246,11 @@ class LoweringContext:
         results: list[BufferValue | None] = []
         follows_cl = self.channels_last and _result_is_channels_last(op, args)
         graph_outputs = set(_values_in(self.node.graph.outputs))
+        returned = self._returned_values()
+        # the layouts the library returns for these operands' layouts (library_layouts)
+        library = library_layouts.result_strides(
+            op, args, kwargs, self.out.buffers, {n: h for n, h in self.out.symbols.items() if h is not None},
+            [[exprs.as_expr(d) for d in o.meta.shape] if o.is_tensor else None for o in self.node.outputs])
         for k, o in enumerate(self.node.outputs):
             unread = not o.users and o not in graph_outputs
             if o.is_tensor and len(self.node.outputs) > 1 and unread:
@@ -221,6 +265,11 @@ class LoweringContext:
             t = o.meta
             size = [exprs.as_expr(d) for d in t.shape]
             stride = [exprs.as_expr(s) for s in t.strides] if t.strides is not None else exprs.contiguous_strides(size)
+            written = library[k]
+            if o not in returned and written is not None:
+                # what the library writes for these operands: its readers take it as it is
+                # (a program output keeps eager's strides: the metadata's)
+                stride = written
             buf = Buffer(self.fresh("buf"), t.dtype, t.device, size, stride)
             if follows_cl and len(size) == 4:
                 # as the library writes it (one channel or one pixel included: those strides
@@ -234,6 +283,16 @@ class LoweringContext:
         self.out.nodes.append(ExternNode(self.fresh("op"), op, args, kwargs, [b.name for b in outs], kind,
                                          self._meta(), positions))
         return tuple(results)
+
+    def _returned_values(self) -> set[Value]:
+        """The graph's outputs that leave the program in eager's layout: all but those only
+        the backward reads (``SAVED_OUTPUTS``: the backward is compiled for the layouts it
+        receives)."""
+        if self._returned is None:
+            graph = self.graph
+            saved = set(graph.meta.get(SAVED_OUTPUTS, ()))
+            self._returned = {v for pos, o in enumerate(graph.outputs) if pos not in saved for v in _values_in([o])}
+        return self._returned
 
     def constant(self, value: Any, size: Sequence[Any], dtype: str, device: str) -> GeneratedValue:
         def load(idx: Index, mask: Any = None) -> Any:

@@ -7,12 +7,14 @@ when the producer did not store them so already (a program input, say)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sympy
 
 from fireclay_ir import Value
 from fireclay_loops import exprs, layout
+from fireclay_loops.lowering import library_layouts
 from fireclay_loops.lowering.context import LoweringContext, fallback
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import BufferValue, TensorValue
@@ -53,17 +55,33 @@ for _target in EXTERN_OPS:
         register_lowering(_target)(lower_extern)
 
 
-def _dense_last_dim(ctx: LoweringContext) -> dict[Any, TensorValue]:
-    """Contiguous copies of the current node's tensor arguments whose last dimension is not
-    dense in the buffer they view, by graph value."""
+def heads_after_sequence(size: Sequence[Any]) -> list[sympy.Expr]:
+    """Dense strides of a (batch, heads, sequence, dim) tensor stored in (batch, sequence, heads,
+    dim) order: the layout of heads split off a projection by view + transpose, which eager's
+    pointwise ops on them keep, and in which the fused kernels write their results for it."""
+    return library_layouts.strides_in_order(size, [0, 2, 1, 3])
+
+
+def _attention_operands(ctx: LoweringContext) -> dict[Any, TensorValue]:
+    """Copies of the current node's tensor arguments whose last dimension is not dense in the
+    buffer they view, by graph value. A 4-D operand computed for this call (a query after a
+    rotary embedding) is stored with :func:`heads_after_sequence` strides: flash and cuDNN
+    attention write their output in the query's order, so the output projection then reads the
+    output's heads merged back as a view (stored (batch, heads, sequence, dim), the output had
+    to be copied into the other order first)."""
     replace: dict[Any, TensorValue] = {}
+    bias = BIAS_POSITIONS.get(ctx.node.target)
+    bias_value = ctx.node.args[bias] if bias is not None and bias < len(ctx.node.args) else None
     for a in [*ctx.node.args, *ctx.node.kwargs.values()]:
         v = ctx.env.get(a) if isinstance(a, Value) else None
         if not isinstance(v, TensorValue) or v.rank == 0 or a in replace:
             continue
-        v = ctx.env[a] = ctx.realize(v)
+        order = heads_after_sequence(v.size) if v.rank == 4 and a is not bias_value else None
+        if not isinstance(v, BufferValue):
+            v = ctx.env[a] = ctx.pointwise(v.size, v.dtype, v.device, v.load, stride=order)
         if not exprs.equal(v.stride[-1], 1) and not exprs.equal(v.size[-1], 1):
-            replace[a] = ctx.pointwise(v.size, v.dtype, v.device, v.load, stride=exprs.contiguous_strides(v.size))
+            stride = order if order is not None else exprs.contiguous_strides(v.size)
+            replace[a] = ctx.pointwise(v.size, v.dtype, v.device, v.load, stride=stride)
     return replace
 
 
@@ -108,11 +126,11 @@ def _aligned_bias(ctx: LoweringContext, replace: dict[Any, TensorValue]) -> dict
 
 
 def lower_fused_attention(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
-    return fallback(ctx, kind="extern", replace=_aligned_bias(ctx, _dense_last_dim(ctx)))
+    return fallback(ctx, kind="extern", replace=_aligned_bias(ctx, _attention_operands(ctx)))
 
 
 def lower_fused_attention_backward(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
-    return fallback(ctx, kind="fallback", replace=_aligned_bias(ctx, _dense_last_dim(ctx)))
+    return fallback(ctx, kind="fallback", replace=_aligned_bias(ctx, _attention_operands(ctx)))
 
 
 for _target in FUSED_ATTENTION_OPS:
