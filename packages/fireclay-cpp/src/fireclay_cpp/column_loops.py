@@ -14,13 +14,12 @@ needs the per-channel sums of the first loop) run the same way, block by block.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import sympy
 
 from fireclay_cpp.op_templates import Accumulator, CValue
-from fireclay_loops.backend import Scope, indent
+from fireclay_loops.backend import Scope, access, indent
 
 if TYPE_CHECKING:
     from fireclay_cpp.kernel_codegen import CppKernelGen, KernelSource
@@ -31,26 +30,10 @@ COLUMN_MIN_BLOCK = 16  # narrowest block when blocks are narrowed for threads (t
 
 
 def reads_columns(gen: CppKernelGen) -> bool:
-    """Whether this reduction's memory runs along the innermost kept dim rather than the
-    innermost reduced one: some access is contiguous in ``x`` (last) and none in ``r`` (last).
-    An access that ``x`` does not move (a per-row mean or scale of a layer-norm weight
-    gradient) is one value per reduction step for a whole block, so it does not count."""
-    k = gen.kernel
-    if not k.rsizes or not k.xsizes:
-        return False
-    x, r = k.xvars[-1], k.rvars[-1]
-    along_x = along_r = 0
-    for index in gen.accesses:
-        index = sympy.sympify(index)
-        if not any(s.name in gen.rnames for s in index.free_symbols):
-            continue  # read once per kept point, whatever the loop order
-        if _step(index, x, gen.hint) == 0:
-            continue  # read once per reduction step, whatever the loop order
-        if _step(index, r, gen.hint) == 1:
-            along_r += 1
-        elif _step(index, x, gen.hint) == 1:
-            along_x += 1
-    return along_x > 0 and along_r == 0
+    """Whether this reduction's memory runs along the innermost kept dim (see the kit's
+    :func:`~fireclay_loops.backend.access.reads_columns`)."""
+    return access.reads_columns(gen.accesses, gen.kernel.xvars, gen.kernel.rvars, gen.hint)
+
 
 def column_function(gen: CppKernelGen, xs, rs, stages) -> KernelSource:
     """The kernel with the innermost kept dim in blocks: for each block, every stage's loop
@@ -120,14 +103,9 @@ def column_function(gen: CppKernelGen, xs, rs, stages) -> KernelSource:
     block[1:1] = [f"{v.ctype} {v.name}_col[{width}];" for v in kept]
     heads = [f"for (int64_t x{d} = 0; x{d} < {xs[d]}; x{d}++) {{" for d in range(nx - 1)]
     heads.append(f"for (int64_t fc_xb = 0; fc_xb < {extent}; fc_xb += {width}) {{")
-    body = []
-    work = k.numel * k.rnumel
-    if work.is_Integer and int(work) >= gen.PARALLEL_MIN_WORK:
-        body.append(f"#pragma omp parallel for collapse({nx})")
-    elif not work.is_Integer:
-        body.append(f"#pragma omp parallel for collapse({nx}) if({gen.index(work)} >= {gen.PARALLEL_MIN_WORK})")
+    body = gen.parallel("#pragma omp parallel for", nx)
     if body and few_column_blocks(gen, width):
-        body[:0] = narrowed_block(gen, xs, width, work)
+        body[:0] = narrowed_block(gen, xs, width, k.numel * k.rnumel)
         heads[-1] = f"for (int64_t fc_xb = 0; fc_xb < {extent}; fc_xb += fc_w) {{"
         block[0] = f"const int64_t fc_xn = ({extent}) - fc_xb < fc_w ? ({extent}) - fc_xb : fc_w;"
     body += heads + indent(block) + ["}"] * nx
@@ -169,29 +147,6 @@ def narrowed_block(gen: CppKernelGen, xs: list[str], width: int, work: sympy.Exp
         "  }",
         "}",
     ]
-
-def _step(index: sympy.Expr, var: sympy.Symbol, hint: Callable[[sympy.Expr], int]) -> int | None:
-    """How far ``index`` moves when loop variable ``var`` grows by one: a constant, or for
-    floor divisions and remainders the move seen at two sample points when both agree (a
-    reshaped view moves by its inner stride except at the edges); else None."""
-    names = {s.name: s for s in index.free_symbols}
-    if var.name not in names:
-        return 0
-    v = names[var.name]
-    step = sympy.expand(index.xreplace({v: v + 1}) - index)
-    if step.is_Integer:
-        return int(step)
-    loop_vars = [s for n, s in names.items() if n[0] in "xr" and n[1:].isdigit()]
-    seen = set()
-    for at in (0, 3):
-        point = {s: sympy.Integer(at) for s in loop_vars}
-        moved = index.xreplace({**point, v: sympy.Integer(at + 1)}) - index.xreplace(point)
-        try:
-            seen.add(int(hint(moved)))
-        except (TypeError, ValueError, KeyError):  # (an indirect index: no fixed step)
-            return None
-    return seen.pop() if len(seen) == 1 else None
-
 
 def _accumulator_bytes(acc: Accumulator) -> int:
     """Bytes one point of ``acc`` takes in a column block's array (its accumulator struct:

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -40,7 +40,7 @@ import sympy
 from fireclay_cpp import column_loops
 from fireclay_cpp.errors import CodegenError
 from fireclay_cpp.op_templates import Accumulator, BoundsCheck, CppOps, CValue, storage_type
-from fireclay_loops import Kernel
+from fireclay_loops import Kernel, backend
 from fireclay_loops.backend import KernelEmitter, Scope, indent
 from fireclay_shapes import cpp_code
 
@@ -48,16 +48,12 @@ PARALLEL_MIN_WORK = 16384  # points of work below which the OpenMP fork costs mo
 SPLIT_REDUCTION_MIN = 4096  # reduction length from which a lone reduction is split over threads
 
 
-@dataclass
-class KernelSource:
-    """A kernel's C++ function and the arguments it takes, in order."""
+@dataclass(kw_only=True)
+class KernelSource(backend.KernelSource):
+    """A kernel's C++ function and the arguments it takes, in order (pointers, ``int64_t`` sizes,
+    and the run's error slot last when it has ``checks``)."""
 
-    name: str
-    source: str
-    buffers: list[str]  # data pointers, in this order
-    symbols: list[str]  # then int64_t sizes, in this order
     accumulators: list[str]  # accumulator types it uses: they need `omp declare reduction`s
-    checks: list = field(default_factory=list)  # its CheckSites: it then takes the run's error slot last
 
 
 def simd_reductions(types: list[str]) -> str:
@@ -71,15 +67,14 @@ class CppKernelGen(KernelEmitter):
     blocks) and the OpenMP around them."""
 
     PARALLEL_MIN_WORK = PARALLEL_MIN_WORK
+    error = CodegenError
 
     def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
                  threads: int):
         super().__init__(kernel)
-        self.local = set(kernel.internal)  # values that never reach memory
         self.buffer_dtype = buffer_dtype
         self.hint = hint
         self.threads = threads
-        self.internal_stores: dict[str, CValue] = {}
         self.accumulators: list[Accumulator] = []
         self.accesses: list[sympy.Expr] = []  # index of every memory load and store
         self.bounds_checks: list[CValue] = []  # the ops.check_bounds values (see _scan_indices)
@@ -89,23 +84,9 @@ class CppKernelGen(KernelEmitter):
         if self.inner_only:
             self.rnames = {f"x{len(kernel.xsizes) - 1}"}
 
-    def internal_store(self, buf: str) -> CValue:
-        if buf not in self.internal_stores:
-            raise CodegenError(f"{buf} is read in {self.kernel.name} before the kernel computes it")
-        return self.internal_stores[buf]
-
     def index(self, expr) -> str:
-        expr = sympy.sympify(expr)
-        for s in expr.free_symbols:
-            if s.name not in self.sizes and s.name not in self.indirect:
-                self.symbols.add(s.name)
+        expr, _ = self.read_index(expr)
         return cpp_code(expr, ranges=self.symbol_range)
-
-    def indirect_deps(self, expr) -> list[CValue]:
-        """The indirect index values ``expr`` reads, by name: the same text in every process
-        (a set of symbols iterates in an order that varies with string hashing)."""
-        names = sorted(s.name for s in sympy.sympify(expr).free_symbols)
-        return [self.indirect[n] for n in names if n in self.indirect]
 
     # -- generation
     def generate(self) -> KernelSource:
@@ -297,6 +278,14 @@ class CppKernelGen(KernelEmitter):
         lines.extend(f"{a.name}.mean = {a.name}_mean; {a.name}.m2 = {a.name}_m2; {a.name}.n = {a.name}_n;"
                      for a in accs)
 
+    def parallel(self, pragma: str, collapse: int) -> list[str]:
+        """``pragma`` over the outer loops where the kernel's work pays for the threads' fork
+        (a test at run time when the work is symbolic)."""
+        work = self.kernel.numel * self.kernel.rnumel
+        if work.is_Integer:
+            return [f"{pragma} collapse({collapse})"] if int(work) >= PARALLEL_MIN_WORK else []
+        return [f"{pragma} collapse({collapse}) if({self.index(work)} >= {PARALLEL_MIN_WORK})"]
+
     def source(self, body: list[str]) -> KernelSource:
         """The function around ``body``: one pointer per buffer, then the size symbols."""
         k = self.kernel
@@ -309,8 +298,8 @@ class CppKernelGen(KernelEmitter):
         params += [f"const int64_t {s}" for s in symbols]
         params += ["int64_t* fc_err"] if self.checks else []
         out = [f'extern "C" void {k.name}({", ".join(params)}) {{'] + indent(body) + ["}"]
-        return KernelSource(k.name, "\n".join(out) + "\n", buffers, symbols,
-                            sorted({a.decl_type for a in self.accumulators}), checks=list(self.checks))
+        return KernelSource(name=k.name, source="\n".join(out) + "\n", buffers=buffers, symbols=symbols,
+                            accumulators=sorted({a.decl_type for a in self.accumulators}), checks=list(self.checks))
 
     def _function(self, xs, rs, lines, split, inner: list[str] | None = None, guard: str = "") -> KernelSource:
         k = self.kernel
@@ -319,18 +308,12 @@ class CppKernelGen(KernelEmitter):
         if nx:
             heads = [f"for (int64_t x{d} = 0; x{d} < {xs[d]}; x{d}++) {{" for d in range(nx)]
             pointwise = not k.rsizes
-            collapse = max(1, nx - 1) if pointwise else nx
-            work = k.numel * k.rnumel
             # Every point of a pointwise kernel is independent: `omp simd` on the innermost loop
             # says so (the __restrict__ of the parameters does not reach OpenMP's outlined body).
             simd = pointwise and nx == 1
             parallel = "#pragma omp parallel for simd" if simd else "#pragma omp parallel for"
-            if not split and work.is_Integer and int(work) >= PARALLEL_MIN_WORK:
-                body.append(f"{parallel} collapse({collapse})")
-            elif not split and not work.is_Integer:
-                body.append(f"{parallel} collapse({collapse}) if({self.index(work)} >= {PARALLEL_MIN_WORK})")
-            elif simd:
-                body.append("#pragma omp simd")
+            parallel_lines = [] if split else self.parallel(parallel, max(1, nx - 1) if pointwise else nx)
+            body += parallel_lines or (["#pragma omp simd"] if simd else [])
             if inner is not None:  # hoisted values, then the innermost loop (if its indices are in range)
                 run = ["#pragma omp simd", heads[-1]] + indent(inner) + ["}"]
                 body += heads[:-1] + indent(lines + ([f"if ({guard}) {{"] + indent(run) + ["}"] if guard else run))

@@ -7,7 +7,6 @@ generator (:mod:`fireclay_cpp.kernel_codegen`) places them.
 from __future__ import annotations
 
 import math
-import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +15,9 @@ import sympy
 from fireclay_cpp.errors import CodegenError
 from fireclay_cpp.prelude import CTYPES
 from fireclay_loops.backend import KernelOps, Value
+from fireclay_loops.backend.dtypes import as_float32
 from fireclay_loops.ops import BOOL_RESULT
+from fireclay_shapes import cpp_code
 
 if TYPE_CHECKING:
     from fireclay_cpp.kernel_codegen import CppKernelGen
@@ -125,16 +126,6 @@ def _float_literal(v: float) -> str:
     return repr(float(v))
 
 
-def _as_float32(v: float) -> float:
-    """``v`` rounded to the nearest float32 (as a C++ cast to float rounds it); a finite value
-    beyond float32's range is left to the cast."""
-    try:
-        rounded = struct.unpack("f", struct.pack("f", v))[0]
-    except OverflowError:
-        return v
-    return v if math.isinf(rounded) and not math.isinf(v) else rounded
-
-
 def _int_literal(v: int) -> str:
     if v == -(2**63):
         return "(-9223372036854775807LL - 1)"
@@ -166,7 +157,8 @@ class CppOps(KernelOps):
         return self.gen.cached((loads, expr, ctype_, tuple(id(d) for d in deps)), make)
 
     def _index(self, index) -> tuple[str, list[CValue]]:
-        return self.gen.index(index), self.gen.indirect_deps(index)
+        expr, deps = self.gen.read_index(index)
+        return cpp_code(expr, ranges=self.gen.symbol_range), deps
 
     def _varies(self, index) -> bool | None:
         """True when ``index`` names a reduction variable; else the dependencies decide."""
@@ -175,8 +167,8 @@ class CppOps(KernelOps):
 
     # memory
     def load(self, buf, index):
-        if buf in self.gen.local:
-            return self.gen.internal_store(buf)
+        if buf in self.gen.kernel.internal:
+            return self.gen.internal_value(buf)
         text, deps = self._index(index)
         dtype = self.gen.buffer_dtype(buf)
         self.gen.use_buffer(buf, write=False)
@@ -187,9 +179,9 @@ class CppOps(KernelOps):
         return value
 
     def masked_load(self, buf, index, mask):
-        if buf in self.gen.local:
+        if buf in self.gen.kernel.internal:
             # (the stored value by its own name: a float32 store keeps the value itself, no copy)
-            store = self.gen.internal_store(buf)
+            store = self.gen.internal_value(buf)
             return self._val(f"{mask.name} ? {store.name} : {store.ctype}(0)", store.ctype, [store, mask])
         text, deps = self._index(index)
         dtype = self.gen.buffer_dtype(buf)
@@ -201,16 +193,16 @@ class CppOps(KernelOps):
 
     def store(self, buf, index, value):
         dtype = self.gen.buffer_dtype(buf)
-        if buf in self.gen.local:
+        if buf in self.gen.kernel.internal:
             t = ctype(dtype)
             if dtype not in ("float16", "bfloat16") and value.ctype == t:
                 # The value itself: a read of it is the value (and math on it is shared).
-                self.gen.internal_stores[buf] = value
+                self.gen.internal[buf] = value
                 return None
             # Round as a trip through memory would, so fused half-precision code matches eager.
             v = _round_half(dtype, f"({t})({value.name})")
             val = CValue(name=f"int_{buf}", code=f"{t} int_{buf} = {v};", deps=[value], ctype=t)
-            self.gen.internal_stores[buf] = val
+            self.gen.internal[buf] = val
             self.gen.roots.append(val)
             return None
         text, deps = self._index(index)
@@ -232,7 +224,7 @@ class CppOps(KernelOps):
             return self._val("true" if value else "false", t, [])
         if dtype.startswith(("float", "bfloat")):
             # (the literal rounded as the cast rounds it: equal constants then read equal)
-            value = _as_float32(float(value)) if t == "float" else float(value)
+            value = as_float32(float(value)) if t == "float" else float(value)
             return self._val(f"({t})({_float_literal(value)})", t, [])
         return self._val(f"({t})({_int_literal(int(value))})", t, [])
 

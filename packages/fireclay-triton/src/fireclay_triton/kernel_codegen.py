@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
 
-from fireclay_loops import Kernel
+from fireclay_loops import Kernel, backend
 from fireclay_loops.backend import KernelEmitter, Scope
+from fireclay_loops.backend.dtypes import needs_index64
 from fireclay_shapes import triton_code
 from fireclay_triton.errors import CodegenError
 from fireclay_triton.op_templates import TritonValue
@@ -46,26 +47,19 @@ from fireclay_triton.tiling import (
     tiled_kernel,
 )
 
-INT32_LIMIT = 2**31 - 1
 
-
-@dataclass
-class KernelSource:
+@dataclass(kw_only=True)
+class KernelSource(backend.KernelSource):
     """A kernel's Triton function, the arguments it takes, and how to launch it."""
 
-    name: str  # the scheduled kernel's name (the wrapper's launcher)
-    source: str
-    buffers: list[str]  # pointer arguments, in this order
-    symbols: list[str]  # then integer sizes
     kind: str  # "pointwise", "tiled" (2D pointwise), "persistent", "looped" or "split"
     numel: sympy.Expr  # outer points
     rnumel: sympy.Expr  # reduction points (1 for pointwise kernels)
     index64: bool
     columns: bool = False  # a reduction whose accesses are contiguous along the outer points
     partials: int = 0  # split kernels: the workspace slots of partial results (per chunk and output)
-    # the kernel's checks (fireclay-loops' CheckSites) and their assert messages: the launcher
-    # compiles it in Triton's debug mode and, in the interpreter, raises the check's error
-    checks: list = field(default_factory=list)
+    # ``checks``: the kernel's CheckSites with their assert messages: the launcher compiles it in
+    # Triton's debug mode and, in the interpreter, raises the check's error
     # the ``@triton.jit`` function's name in the kernel module: ``k`` + a digest of its text written
     # with a placeholder name. Arguments are positional (``ptr0``, ``ptr1``...), so kernels that do
     # the same work on different buffers (the layers of a model) are one function, compiled once,
@@ -111,6 +105,8 @@ class TritonKernelGen(KernelEmitter):
     """The Triton renderer of one kernel: its kind (pointwise, tiled, persistent, looped,
     split), indexing, the loops over ``r`` and the function around them."""
 
+    error = CodegenError
+
     def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str],
                  storage_numel: Callable[[str], sympy.Expr], interpret: bool, persistent_limit: int,
                  tiled: bool = False, columns: bool = False, split: bool = False):
@@ -120,7 +116,6 @@ class TritonKernelGen(KernelEmitter):
         self.interpret = interpret
         self.reducing = bool(kernel.rsizes)
         self.unit_shape = "[1, 1]" if self.reducing else "[1]"
-        self.internal: dict[str, TritonValue] = {}
         self.stored: dict[tuple[str, str], TritonValue] = {}  # (buffer, pointer text) -> value stored there
         self.finals: list[TritonValue] = []  # reduction results of the stage being generated
         self.stage = 0
@@ -150,18 +145,8 @@ class TritonKernelGen(KernelEmitter):
         self.split_partials: list[TritonValue] = []  # split kernels: this stage's partial results, after the loop
         self.finisher: list[str] = []  # split kernels: the finisher's body
         self.finisher_seen: set[TritonValue] = set()
-        self.index64 = self._needs_index64()
+        self.index64 = needs_index64(kernel, storage_numel)
         self.check_messages: list[str] = []  # the assert message of each of self.checks
-
-    def _needs_index64(self) -> bool:
-        """32-bit indices unless some size is symbolic or an offset may pass 2**31 - 1."""
-        k = self.kernel
-        extents = [k.numel * k.rnumel]
-        for kn in k.nodes:
-            for b, _, _ in kn.reads() + kn.writes():
-                if b not in k.internal:
-                    extents.append(self.storage_numel(b))
-        return any(not sympy.sympify(e).is_Integer or int(e) >= INT32_LIMIT for e in extents)
 
     def argument(self, buf: str) -> str:
         """The pointer argument that stands for ``buf`` in the kernel's text."""
@@ -170,26 +155,13 @@ class TritonKernelGen(KernelEmitter):
             found = self.arguments[buf] = f"ptr{len(self.arguments)}"
         return found
 
-    def internal_value(self, buf: str) -> TritonValue:
-        if buf not in self.internal:
-            raise CodegenError(f"{buf} is read in {self.kernel.name} before the kernel computes it")
-        return self.internal[buf]
-
     def index(self, expr) -> tuple[str, list[TritonValue], frozenset]:
         """Triton text of an index expression, the indirect values it reads, and its block axes."""
-        expr = sympy.sympify(expr)
-        deps, dims = [], set()
-        for s in sorted(expr.free_symbols, key=lambda s: s.name):  # one text in every process
-            if s.name in self.xnames:
-                dims.add("x")
-            elif s.name in self.rnames:
-                dims.add("r")
-            elif s.name in self.indirect:
-                deps.append(self.indirect[s.name])
-                dims |= self.indirect[s.name].dims
-            else:
-                self.symbols.add(s.name)
-        return triton_code(expr, ranges=self.symbol_range), deps, frozenset(dims)
+        expr, deps = self.read_index(expr)
+        names = {s.name for s in expr.free_symbols}
+        dims = {"x"} if names & self.xnames else set()
+        dims |= {"r"} if names & self.rnames else set()
+        return triton_code(expr, ranges=self.symbol_range), deps, frozenset(dims.union(*(d.dims for d in deps)))
 
     def size_text(self, expr) -> str:
         text, _, _ = self.index(expr)
@@ -299,9 +271,10 @@ class TritonKernelGen(KernelEmitter):
             return source
 
         function = "k" + hashlib.sha256(text("kernel").encode()).hexdigest()[:20]
-        return KernelSource(k.name, text(function), buffers, symbols, self.kind, k.numel,
-                            k.rnumel if self.reducing else sympy.Integer(1), self.index64, self.columns,
-                            self.slots, checks=list(zip(self.checks, self.check_messages)), function=function)
+        return KernelSource(name=k.name, source=text(function), buffers=buffers, symbols=symbols, kind=self.kind,
+                            numel=k.numel, rnumel=k.rnumel if self.reducing else sympy.Integer(1),
+                            index64=self.index64, columns=self.columns, partials=self.slots,
+                            checks=list(zip(self.checks, self.check_messages)), function=function)
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str],

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 import sympy
 
 from fireclay_loops.backend import KernelOps, Value
+from fireclay_loops.backend.dtypes import is_float
+from fireclay_loops.ops import BOOL_RESULT
 from fireclay_triton.errors import CodegenError
 from fireclay_triton.prelude import BINARY_MATH, UNARY_MATH
 
@@ -23,18 +25,19 @@ if TYPE_CHECKING:
 TL = {"float64": "tl.float64", "float32": "tl.float32", "float16": "tl.float16", "bfloat16": "tl.bfloat16",
       "int64": "tl.int64", "int32": "tl.int32", "int16": "tl.int16", "int8": "tl.int8", "uint8": "tl.uint8",
       "bool": "tl.int1"}
-_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_ARITH = {"add": "+", "sub": "-", "mul": "*", "bitwise_and": "&", "bitwise_or": "|", "bitwise_xor": "^"}
+
+
+def literal(value: float) -> str:
+    """Python text of a constant: ``float("inf")`` (or ``-inf``, ``nan``) where repr will not do."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f'float("{value}")'
+    return repr(value)
 
 
 def tl_dtype(dtype: str) -> str:
     if dtype not in TL:
         raise CodegenError(f"the Triton backend has no support for dtype {dtype}")
     return TL[dtype]
-
-
-def _is_float(dtype: str) -> bool:
-    return dtype in ("float64", "float32", "float16", "bfloat16")
 
 
 @dataclass(eq=False, kw_only=True)
@@ -46,7 +49,6 @@ class TritonValue(Value):
     r: bool = False  # computed inside the reduction loop
     post: int = -1  # the latest stage whose reduction result it reads (it goes after that loop)
     parts: list[TritonValue] = field(default_factory=list)  # welford: mean, m2, count
-    op: tuple = ()  # (op name, operand values...) for the few ops reduction patterns look for
 
     def in_loop(self) -> bool:
         return self.r
@@ -129,13 +131,8 @@ class TritonOps(KernelOps):
 
     # -- values
     def constant(self, value, dtype):
-        if dtype == "bool":
-            return self._const("1" if value else "0", dtype)
-        if _is_float(dtype):
-            v = float(value)
-            text = repr(v) if math.isfinite(v) else f'float("{v}")'
-            return self._const(text, dtype)
-        return self._const(str(int(value)), dtype)
+        value = float(value) if is_float(dtype) else int(bool(value)) if dtype == "bool" else int(value)
+        return self._const(literal(value), dtype)
 
     def index_expr(self, expr, dtype):
         text, deps, dims = self.gen.index(expr)
@@ -149,7 +146,8 @@ class TritonOps(KernelOps):
     def to_dtype(self, x, dtype):
         if dtype == "bool":
             return self._val(f"{x.name} != 0", dtype, [x])
-        return self._val(f"{x.name}.to({tl_dtype(dtype)})", dtype, [x], op=("to_dtype", x))
+        op = ("float_cast" if is_float(dtype) else "to_dtype", x)
+        return self._val(f"{x.name}.to({tl_dtype(dtype)})", dtype, [x], op=op)
 
     def random(self, kind, seed, offset):
         text, deps, dims = self.gen.index(offset)
@@ -199,28 +197,17 @@ class TritonOps(KernelOps):
         return self._val(f"tl.where({c.name}, {a.name}, {b.name}).to({t})", b.dtype, [c, a, b])
 
     def unary(self, name, a):
-        if name in _BOOL_UNARY:
-            return self._val(_BOOL_UNARY[name].format(a=a.name), "bool", [a])
-        if name in _UNARY:
-            template = _UNARY[name] if _is_float(a.dtype) or name not in _SAME_FOR_INTEGERS else "{a}"
-            return self._unary(template, a)
-        if name in UNARY_MATH:
+        template = _template(name, a.dtype, _UNARY, _UNARY_INTEGER, _UNARY_BOOL)
+        if template is None:
             return self._math(UNARY_MATH[name], name, a)
-        raise AttributeError(name)
+        dtype = "bool" if name in BOOL_RESULT else a.dtype
+        return self._val(template.format(a=a.name, T=tl_dtype(dtype)), dtype, [a], op=(name, a))
 
     def binary(self, name, a, b):
-        if name in _CMP:
-            return self._val(f"{a.name} {_CMP[name]} {b.name}", "bool", [a, b])
-        if name in _ARITH:
-            return self._val(f"({a.name} {_ARITH[name]} {b.name}).to({tl_dtype(a.dtype)})", a.dtype, [a, b],
-                             op=(name, a, b))
-        if name in _LOGICAL:
-            return self._val(f"({a.name} != 0) {_LOGICAL[name]} ({b.name} != 0)", "bool", [a, b])
-        if name in _BINARY:
-            return self._val(f"{_BINARY[name].format(a=a.name, b=b.name)}.to({tl_dtype(a.dtype)})", a.dtype, [a, b])
-        if name in BINARY_MATH:
+        if name not in _BINARY:
             return self._math(BINARY_MATH[name], name, a, b)
-        raise AttributeError(name)
+        dtype = "bool" if name in BOOL_RESULT else a.dtype
+        return self._val(_BINARY[name].format(a=a.name, b=b.name, T=tl_dtype(dtype)), dtype, [a, b], op=(name, a, b))
 
     def _math(self, spellings, name, *args):
         portable, libdevice = spellings
@@ -229,13 +216,13 @@ class TritonOps(KernelOps):
             raise CodegenError(f"ops.{name} needs CUDA's libdevice, which Triton's interpreter cannot call: run "
                                "this program on a GPU (or with fireclay-cpp on the CPU)")
         dtype = args[0].dtype
-        names = [a.name if _is_float(a.dtype) else f"{a.name}.to(tl.float32)" for a in args]
+        names = [a.name if is_float(a.dtype) else f"{a.name}.to(tl.float32)" for a in args]
         fields = dict(zip("ab", names))
         return self._val(f"({text.format(**fields)}).to({tl_dtype(dtype)})", dtype, list(args), op=(name, *args))
 
     def floordiv(self, a, b):
         t = tl_dtype(a.dtype)
-        if _is_float(a.dtype):
+        if is_float(a.dtype):
             return self._val(f"tl.floor({a.name} / {b.name}).to({t})", a.dtype, [a, b])
         q = self._val(f"{a.name} // {b.name}", a.dtype, [a, b])
         return self._val(f"tl.where((({a.name} % {b.name}) != 0) & (({a.name} < 0) != ({b.name} < 0)), "
@@ -247,37 +234,48 @@ class TritonOps(KernelOps):
                          f"{r.name}).to({tl_dtype(a.dtype)})", a.dtype, [r, b])
 
     def pow(self, a, b):
-        if not _is_float(a.dtype):
+        if not is_float(a.dtype):
             return self._val(f"fc_ipow({a.name}, {b.name}).to({tl_dtype(a.dtype)})", a.dtype, [a, b])
         return self._math(BINARY_MATH["pow"], "pow", a, b)
 
-    def _unary(self, template: str, a: TritonValue, dtype: str | None = None) -> TritonValue:
-        dtype = dtype or a.dtype
-        return self._val(f"({template.format(a=a.name)}).to({tl_dtype(dtype)})", dtype, [a])
-
-    def abs(self, a):
-        return self._unary("{a}" if a.dtype == "bool" else "tl.abs({a})", a)
-
     def round(self, a):
-        return self._math(UNARY_MATH["round"], "round", a) if _is_float(a.dtype) else a
-
-    def sign(self, a):
-        t = tl_dtype(a.dtype)
-        nan = " + tl.where({a} != {a}, {a}, 0)" if _is_float(a.dtype) else ""
-        return self._unary(f"({{a}} > 0).to({t}) - ({{a}} < 0).to({t}){nan}", a)
-
-    def bitwise_not(self, a):
-        return self._unary("{a} == 0" if a.dtype == "bool" else "~{a}", a)
+        return self._math(UNARY_MATH["round"], "round", a) if is_float(a.dtype) else a
 
 
-# Op templates: ``{a}``, ``{b}`` the operands' names; the result is cast to the first operand's type.
-_LOGICAL = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}
-_BINARY = {"truediv": "({a} / {b})", "fmod": "({a} % {b})", "maximum": "fc_maximum({a}, {b})",
-           "minimum": "fc_minimum({a}, {b})",
-           "copysign": "tl.where(({b} < 0) | (({b} == 0) & (1.0 / {b} < 0)), -tl.abs({a}), tl.abs({a}))"}
-_UNARY = {"neg": "-{a}", "relu": "tl.where({a} < 0, 0, {a})", "sigmoid": "1.0 / (1.0 + tl.exp(-{a}))",
-          "reciprocal": "1.0 / {a}", "square": "{a} * {a}", "floor": "tl.floor({a})", "ceil": "tl.ceil({a})",
-          "trunc": "tl.where({a} < 0, tl.ceil({a}), tl.floor({a}))",
-          "frac": "{a} - tl.where({a} < 0, tl.ceil({a}), tl.floor({a}))"}
-_SAME_FOR_INTEGERS = {"floor", "ceil", "trunc"}  # the value itself for integers
-_BOOL_UNARY = {"logical_not": "{a} == 0", "isnan": "{a} != {a}", "isinf": 'tl.abs({a}) == float("inf")'}
+def _template(name: str, dtype: str, *tables: dict[str, str]) -> str | None:
+    """The op's template for an operand of ``dtype``: its spelling for bool, then for integer
+    operands where those differ, else the general one (None: a math function of the prelude)."""
+    general, integer, boolean = tables
+    if dtype == "bool" and name in boolean:
+        return boolean[name]
+    if not is_float(dtype) and name in integer:
+        return integer[name]
+    return general.get(name)
+
+
+# Op templates: ``{a}``, ``{b}`` the operands' names, ``{T}`` the result's Triton type (the first
+# operand's, or bool for comparisons and logical ops, which need no cast).
+_BINARY = {
+    "eq": "{a} == {b}", "ne": "{a} != {b}", "lt": "{a} < {b}", "le": "{a} <= {b}", "gt": "{a} > {b}",
+    "ge": "{a} >= {b}", "add": "({a} + {b}).to({T})", "sub": "({a} - {b}).to({T})", "mul": "({a} * {b}).to({T})",
+    "bitwise_and": "({a} & {b}).to({T})", "bitwise_or": "({a} | {b}).to({T})", "bitwise_xor": "({a} ^ {b}).to({T})",
+    "logical_and": "({a} != 0) & ({b} != 0)", "logical_or": "({a} != 0) | ({b} != 0)",
+    "logical_xor": "({a} != 0) ^ ({b} != 0)", "truediv": "({a} / {b}).to({T})", "fmod": "({a} % {b}).to({T})",
+    "maximum": "fc_maximum({a}, {b}).to({T})", "minimum": "fc_minimum({a}, {b}).to({T})",
+    "copysign": "tl.where(({b} < 0) | (({b} == 0) & (1.0 / {b} < 0)), -tl.abs({a}), tl.abs({a})).to({T})",
+}
+_UNARY = {
+    "logical_not": "{a} == 0", "isnan": "{a} != {a}", "isinf": 'tl.abs({a}) == float("inf")',
+    "neg": "(-{a}).to({T})", "relu": "(tl.where({a} < 0, 0, {a})).to({T})",
+    "sigmoid": "(1.0 / (1.0 + tl.exp(-{a}))).to({T})", "reciprocal": "(1.0 / {a}).to({T})",
+    "square": "({a} * {a}).to({T})", "floor": "(tl.floor({a})).to({T})", "ceil": "(tl.ceil({a})).to({T})",
+    "trunc": "(tl.where({a} < 0, tl.ceil({a}), tl.floor({a}))).to({T})",
+    "frac": "({a} - tl.where({a} < 0, tl.ceil({a}), tl.floor({a}))).to({T})",
+    "abs": "(tl.abs({a})).to({T})", "bitwise_not": "(~{a}).to({T})",
+    "sign": "(({a} > 0).to({T}) - ({a} < 0).to({T}) + tl.where({a} != {a}, {a}, 0)).to({T})",
+}
+_UNARY_INTEGER = {  # integer and bool operands
+    "floor": "({a}).to({T})", "ceil": "({a}).to({T})", "trunc": "({a}).to({T})",
+    "sign": "(({a} > 0).to({T}) - ({a} < 0).to({T})).to({T})",
+}
+_UNARY_BOOL = {"abs": "({a}).to({T})", "bitwise_not": "({a} == 0).to({T})"}

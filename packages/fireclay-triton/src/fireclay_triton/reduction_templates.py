@@ -8,24 +8,13 @@ formula. A sum of ``exp(a - max(a))`` in a looped kernel runs in the loop that c
 
 from __future__ import annotations
 
-import re
-
-from fireclay_triton.op_templates import TritonOps, TritonValue, _is_float, tl_dtype
+from fireclay_loops.backend.dtypes import extreme, is_float
+from fireclay_loops.backend.patterns import canonical, exp_of_difference, strip_casts
+from fireclay_triton.op_templates import TritonOps, TritonValue, literal, tl_dtype
 from fireclay_triton.split_reduction import SPLITTABLE, split_result
 from fireclay_triton.tiling import NotSplittable
 
 _INIT = {"sum": "0", "prod": "1", "any": "0", "all": "1"}
-
-
-def _extreme(dtype: str, largest: bool) -> str:
-    if _is_float(dtype):
-        return 'float("inf")' if largest else 'float("-inf")'
-    if dtype == "bool":
-        return "1" if largest else "0"
-    bits = {"int64": 64, "int32": 32, "int16": 16, "int8": 8}.get(dtype)
-    if bits is None:  # uint8
-        return "255" if largest else "0"
-    return str(2 ** (bits - 1) - 1) if largest else str(-(2 ** (bits - 1)))
 
 
 class TritonKernelOps(TritonOps):
@@ -85,7 +74,7 @@ class TritonKernelOps(TritonOps):
             # the interpreter runs a custom combine element by element: use builtin reductions
             # (numpy's max and min propagate NaN, like torch's argmax and argmin)
             pick = "tl.max" if kind == "argmax" else "tl.min"
-            empty = _extreme(vt, largest=kind == "argmin")
+            empty = literal(extreme(vt, largest=kind == "argmin"))
             line = (f"{res}_v = {pick}(tl.where({acc}_i >= 0, {acc}_v, {empty}), 1)[:, None]\n"
                     f"{res}_hit = (({acc}_v == {res}_v) | (({acc}_v != {acc}_v) & ({res}_v != {res}_v))) "
                     f"& ({acc}_i >= 0)\n"
@@ -135,7 +124,7 @@ class TritonKernelOps(TritonOps):
         """sum, prod, max, min, any, all: one accumulator, one step per tile, one final reduce."""
         gen = self.gen
         acc = gen.fresh("acc")
-        if kind == "sum" and gen.kind == "looped" and _is_float(dtype):
+        if kind == "sum" and gen.kind == "looped" and is_float(dtype):
             found = self._online_softmax_source(value)
             if found is not None:
                 return self._online_sum(dtype, *found)
@@ -144,7 +133,7 @@ class TritonKernelOps(TritonOps):
             init_text = _INIT[kind]
         else:
             t, v = tl_dtype(dtype), f"{value.name}.to({tl_dtype(dtype)})"
-            init_text = _INIT.get(kind) or _extreme(dtype, kind == "min")
+            init_text = _INIT.get(kind) or literal(extreme(dtype, kind == "min"))
         step = {"sum": f"{acc} + {v}", "prod": f"{acc} * {v}", "max": f"fc_maximum({acc}, {v})",
                 "min": f"fc_minimum({acc}, {v})", "any": f"tl.maximum({acc}, {v})",
                 "all": f"tl.minimum({acc}, {v})"}[kind]
@@ -157,43 +146,20 @@ class TritonKernelOps(TritonOps):
                  "any": f"tl.max({acc}, 1) != 0", "all": f"tl.min({acc}, 1) != 0"}[kind]
         res = gen.fresh("red")
         done = self._result(res, f"{res} = ({final})[:, None]", update, dtype)
-        if kind == "max" and gen.kind == "looped" and _is_float(dtype):
+        if kind == "max" and gen.kind == "looped" and is_float(dtype):
             gen.max_results[done] = (value, gen.stage)
         return self._finish(kind, dtype, update, done)
 
     # -- online softmax: sum(exp(a - max(a))) in the loop that computes max(a)
-    def _canon(self, v: TritonValue) -> str:
-        """The value's expression with its operands spelt out: equal for the same computation
-        in two stages (whose statements have different names)."""
-        got = self.gen.canon_memo.get(v)
-        if got is None:
-            expr = v.code.split(" = ", 1)[1] if " = " in v.code and "\n" not in v.code else v.code
-            names = {d.name: self._canon(d) for d in v.deps}
-            got = re.sub(r"[A-Za-z_]\w*", lambda m: names.get(m.group(0), m.group(0)), expr)
-            self.gen.canon_memo[v] = got
-        return got
-
     def _online_softmax_source(self, value: TritonValue) -> tuple[TritonValue, int] | None:
         """For ``sum(exp(a - m))`` where ``m = max(a)`` was reduced by an earlier loop of this
         kernel: (``a`` as that loop computed it, that loop's stage)."""
-        def strip(v: TritonValue) -> TritonValue:
-            while v.op and v.op[0] == "to_dtype" and _is_float(v.dtype):
-                v = v.op[1]
-            return v
-
-        e = strip(value)
-        if e.op[:1] != ("exp",):
+        term = exp_of_difference(value)
+        found = None if term is None else self.gen.max_results.get(term[1])
+        if term is None or found is None or found[1] >= self.gen.stage or found[1] not in self.gen.loop_marks:
             return None
-        d = strip(e.op[1])
-        if d.op[:1] != ("sub",):
-            return None
-        a, m = d.op[1], strip(d.op[2])
-        found = self.gen.max_results.get(m)
-        if found is None or found[1] >= self.gen.stage or found[1] not in self.gen.loop_marks:
-            return None
-        if self._canon(strip(a)) != self._canon(strip(found[0])):
-            return None
-        return found
+        memo = self.gen.canon_memo
+        return found if canonical(strip_casts(term[0]), memo) == canonical(strip_casts(found[0]), memo) else None
 
     def _insert(self, pos: int, lines: list[str], outside_loop_of: int | None = None) -> None:
         self.gen.main[pos:pos] = lines

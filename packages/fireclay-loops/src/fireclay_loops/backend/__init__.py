@@ -12,10 +12,18 @@ of op templates and hooks over it.
 ``docs/writing-a-backend.md`` builds a small renderer on this kit.
 """
 
-from fireclay_loops.backend.kernel import CheckSite, KernelEmitter, KernelOps, Scope, Value, indent
+from fireclay_loops.backend.kernel import (
+    CheckSite,
+    KernelEmitter,
+    KernelOps,
+    KernelSource,
+    Scope,
+    Value,
+    indent,
+)
 from fireclay_loops.backend.program import Report, ScheduledProgram
 from fireclay_loops.backend.scheduling import to_scheduled
 from fireclay_loops.backend.wrapper_text import WrapperText, py_expr, py_shape
 
-__all__ = ["CheckSite", "KernelEmitter", "KernelOps", "Report", "ScheduledProgram", "Scope", "Value", "WrapperText", "indent",
-           "py_expr", "py_shape", "to_scheduled"]
+__all__ = ["CheckSite", "KernelEmitter", "KernelOps", "KernelSource", "Report", "ScheduledProgram", "Scope",
+           "Value", "WrapperText", "indent", "py_expr", "py_shape", "to_scheduled"]

@@ -46,6 +46,10 @@ class Value:
     name: str
     code: str
     deps: list[Value] = field(default_factory=list)
+    # (op name, operand values...) where a renderer records it, for the patterns it looks for
+    # (:mod:`fireclay_loops.backend.patterns`); a cast between floating-point types is
+    # ``("float_cast", x)``
+    op: tuple[Any, ...] = ()
 
     def in_loop(self) -> bool:
         """Whether it must be computed inside the reduction loop; the rest is hoisted out."""
@@ -95,6 +99,18 @@ class CheckSite:
         return check_failure(self.op, self.site, value, size)
 
 
+@dataclass(kw_only=True)
+class KernelSource:
+    """A generated kernel: its text and the arguments it takes, in order (a renderer adds how
+    to build or launch it)."""
+
+    name: str  # the scheduled kernel's name
+    source: str
+    buffers: list[str]  # data pointers, in this order
+    symbols: list[str]  # then integer sizes, in this order
+    checks: list[Any] = field(default_factory=list)  # its CheckSites (a renderer may pair them)
+
+
 def indent(lines: list[str], by: str = "  ") -> list[str]:
     return [by + ln for ln in lines]
 
@@ -103,8 +119,11 @@ class KernelEmitter:
     """What a kernel generator tracks about the kernel it writes, whatever its target (see the
     module docstring). A renderer subclasses it and adds its own decisions."""
 
+    error: type[Exception] = RuntimeError  # what the renderer raises for a kernel it cannot write
+
     def __init__(self, kernel: Kernel) -> None:
         self.kernel = kernel
+        self.internal: dict[str, Value] = {}  # internal buffer -> the value stored to it (never memory)
         self.buffers: dict[str, bool] = {}  # name -> written
         self.symbols: set[str] = set()
         self.indirect: dict[str, Any] = {}  # indirect index name -> the generator's value of it
@@ -118,6 +137,25 @@ class KernelEmitter:
     def fresh(self, prefix: str) -> str:
         self.counter += 1
         return f"{prefix}{self.counter}"
+
+    def internal_value(self, buf: str) -> Value:
+        """What the kernel stored to its internal buffer ``buf`` (a read of it is that value)."""
+        if buf not in self.internal:
+            raise self.error(f"{buf} is read in {self.kernel.name} before the kernel computes it")
+        return self.internal[buf]
+
+    def read_index(self, expr: Any) -> tuple[sympy.Expr, list[Value]]:
+        """``expr`` as sympy and the indirect index values it reads, by name (the same text in
+        every process: a set of symbols iterates in an order that varies with string hashing);
+        the size symbols it names become arguments of the kernel."""
+        expr = sympy.sympify(expr)
+        deps = []
+        for s in sorted(expr.free_symbols, key=lambda s: s.name):
+            if s.name in self.indirect:
+                deps.append(self.indirect[s.name])
+            elif s.name not in self.sizes:
+                self.symbols.add(s.name)
+        return expr, deps
 
     def use_buffer(self, buf: str, write: bool) -> None:
         self.buffers[buf] = self.buffers.get(buf, False) or write
