@@ -166,47 +166,35 @@ class CppOps(KernelOps):
         return True if names & self.gen.rnames else None
 
     # memory
-    def load(self, buf, index):
-        if buf in self.gen.kernel.internal:
-            return self.gen.internal_value(buf)
+    def load_memory(self, buf, index, mask):
         text, deps = self._index(index)
         dtype = self.gen.buffer_dtype(buf)
-        self.gen.use_buffer(buf, write=False)
         self.gen.accesses.append(index)
-        value = self._val(_widen(dtype, f"{buf}[{text}]"), ctype(dtype), deps, self._varies(index), loads=buf)
-        if dtype == "int64":
+        t, read = ctype(dtype), _widen(dtype, f"{buf}[{text}]")
+        if mask is not None:
+            read, deps = f"{mask.name} ? ({t})({read}) : {t}(0)", deps + [mask]
+        value = self._val(read, t, deps, self._varies(index), loads=buf)
+        if dtype == "int64" and mask is None:
             value.read = (buf, index)
         return value
 
-    def masked_load(self, buf, index, mask):
-        if buf in self.gen.kernel.internal:
-            # (the stored value by its own name: a float32 store keeps the value itself, no copy)
-            store = self.gen.internal_value(buf)
-            return self._val(f"{mask.name} ? {store.name} : {store.ctype}(0)", store.ctype, [store, mask])
-        text, deps = self._index(index)
-        dtype = self.gen.buffer_dtype(buf)
-        self.gen.use_buffer(buf, write=False)
-        self.gen.accesses.append(index)
-        t = ctype(dtype)
-        return self._val(f"{mask.name} ? ({t})({_widen(dtype, f'{buf}[{text}]')}) : {t}(0)", t, deps + [mask],
-                         self._varies(index), loads=buf)
+    def masked(self, value, mask):
+        # (the stored value by its own name: a float32 store keeps the value itself, no copy)
+        return self._val(f"{mask.name} ? {value.name} : {value.ctype}(0)", value.ctype, [value, mask])
 
-    def store(self, buf, index, value):
+    def store_internal(self, buf, value):
         dtype = self.gen.buffer_dtype(buf)
-        if buf in self.gen.kernel.internal:
-            t = ctype(dtype)
-            if dtype not in ("float16", "bfloat16") and value.ctype == t:
-                # The value itself: a read of it is the value (and math on it is shared).
-                self.gen.internal[buf] = value
-                return None
-            # Round as a trip through memory would, so fused half-precision code matches eager.
-            v = _round_half(dtype, f"({t})({value.name})")
-            val = CValue(name=f"int_{buf}", code=f"{t} int_{buf} = {v};", deps=[value], ctype=t)
-            self.gen.internal[buf] = val
-            self.gen.roots.append(val)
-            return None
+        t = ctype(dtype)
+        if dtype not in ("float16", "bfloat16") and value.ctype == t:
+            return value  # a read of it is the value (and math on it is shared)
+        val = CValue(name=f"int_{buf}", code=f"{t} int_{buf} = {_round_half(dtype, f'({t})({value.name})')};",
+                     deps=[value], ctype=t)
+        self.gen.roots.append(val)
+        return val
+
+    def store_memory(self, buf, index, value):
+        dtype = self.gen.buffer_dtype(buf)
         text, deps = self._index(index)
-        self.gen.use_buffer(buf, write=True)
         self.gen.accesses.append(index)
         self.gen.cse = {k: v for k, v in self.gen.cse.items() if k[0] != buf}  # its reads are stale
         stmt = CValue(name=f"{self.prefix}st{self.count}", code=f"{buf}[{text}] = {_narrow(dtype, value.name)};",
@@ -214,8 +202,6 @@ class CppOps(KernelOps):
         self.count += 1
         self.gen.roots.append(stmt)
         return None
-
-    store_reduction = store
 
     # values
     def constant(self, value, dtype):

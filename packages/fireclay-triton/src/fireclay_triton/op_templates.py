@@ -84,50 +84,36 @@ class TritonOps(KernelOps):
         return f"{self.gen.argument(buf)} + ({text})", deps, r, need
 
     # -- memory
-    def load(self, buf, index):
+    def load_memory(self, buf, index, mask):
         gen = self.gen
-        if buf in gen.kernel.internal:
-            return gen.internal_value(buf)
         ptr, deps, r, dims = self._pointer(buf, index)
-        if (buf, ptr) in gen.stored:  # written by this kernel: take the value, not the memory
+        if mask is None and (buf, ptr) in gen.stored:  # written by this kernel: the value, not the memory
             return gen.stored[(buf, ptr)]
-        gen.use_buffer(buf, write=False)
-        mask = "xrmask" if r else "xmask"
-        v = self._val(f"tl.load({ptr}, {mask}, other=0)", gen.buffer_dtype(buf), deps, dims)
+        live = ("xrmask" if r else "xmask") + ("" if mask is None else f" & {mask.name}")
+        more = [] if mask is None else [mask]
+        v = self._val(f"tl.load({ptr}, {live}, other=0)", gen.buffer_dtype(buf), deps + more,
+                      dims.union(*(m.dims for m in more)))
         v.r = v.r or r
         return v
 
-    def masked_load(self, buf, index, mask):
-        gen = self.gen
-        if buf in gen.kernel.internal:
-            inner = gen.internal_value(buf)
-            return self._val(f"tl.where({mask.name}, {inner.name}, 0).to({tl_dtype(inner.dtype)})", inner.dtype,
-                             [mask, inner])
-        ptr, deps, r, dims = self._pointer(buf, index)
-        gen.use_buffer(buf, write=False)
-        scope = "xrmask" if r else "xmask"
-        v = self._val(f"tl.load({ptr}, {scope} & {mask.name}, other=0)", gen.buffer_dtype(buf), deps + [mask],
-                      dims | mask.dims)
-        v.r = v.r or r
-        return v
+    def masked(self, value, mask):
+        return self._val(f"tl.where({mask.name}, {value.name}, 0).to({tl_dtype(value.dtype)})", value.dtype,
+                         [mask, value])
 
-    def store(self, buf, index, value):
+    def store_internal(self, buf, value):
+        dtype = self.gen.buffer_dtype(buf)
+        return self.to_dtype(value, dtype) if value.dtype != dtype else value
+
+    def store_memory(self, buf, index, value):
         gen = self.gen
         dtype = gen.buffer_dtype(buf)
-        if buf in gen.kernel.internal:
-            # round as a trip through memory would, so fused half-precision code matches eager
-            gen.internal[buf] = self.to_dtype(value, dtype) if value.dtype != dtype else value
-            return None
         ptr, deps, r, dims = self._pointer(buf, index)
-        gen.use_buffer(buf, write=True)
-        gen.stored[(buf, ptr)] = self.to_dtype(value, dtype) if value.dtype != dtype else value
+        gen.stored[(buf, ptr)] = self.store_internal(buf, value)
         mask = "xrmask" if r else "xmask"
         v = TritonValue(name="", code=f"tl.store({ptr}, {value.name}.to({tl_dtype(dtype)}), {mask})",
                         deps=deps + [value], dtype=dtype, dims=dims, r=r or value.r, post=value.post)
         gen.roots.append(v)
         return None
-
-    store_reduction = store
 
     # -- values
     def constant(self, value, dtype):

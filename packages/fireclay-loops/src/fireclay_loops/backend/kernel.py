@@ -221,7 +221,41 @@ class KernelOps:
     def __init__(self, emitter: KernelEmitter):
         self.emitter = emitter
 
+    # memory: an internal buffer of the kernel never reaches memory (a read of it is the value
+    # stored); the rest is the renderer's load_memory and store_memory
+    def load(self, buf: str, index: Any) -> Value:
+        if buf in self.emitter.kernel.internal:
+            return self.emitter.internal_value(buf)
+        self.emitter.use_buffer(buf, write=False)
+        return self.load_memory(buf, index, mask=None)
+
+    def masked_load(self, buf: str, index: Any, mask: Value) -> Value:
+        if buf in self.emitter.kernel.internal:
+            return self.masked(self.emitter.internal_value(buf), mask)
+        self.emitter.use_buffer(buf, write=False)
+        return self.load_memory(buf, index, mask=mask)
+
     def store(self, buf: str, index: Any, value: Value) -> None:
+        if buf in self.emitter.kernel.internal:
+            self.emitter.internal[buf] = self.store_internal(buf, value)
+        else:
+            self.emitter.use_buffer(buf, write=True)
+            self.store_memory(buf, index, value)
+
+    def load_memory(self, buf: str, index: Any, mask: Value | None) -> Value:
+        """The element of ``buf`` at ``index`` (where ``mask`` holds, else 0)."""
+        raise NotImplementedError(f"{type(self).__name__} has no ops.load")
+
+    def masked(self, value: Value, mask: Value) -> Value:
+        """``value`` where ``mask`` holds, else 0 (a masked read of an internal buffer)."""
+        raise NotImplementedError(f"{type(self).__name__} has no ops.masked_load")
+
+    def store_internal(self, buf: str, value: Value) -> Value:
+        """What a read of internal ``buf`` gives once ``value`` is stored to it (rounded as a
+        trip through memory would round it, so fused half-precision code matches eager)."""
+        return value
+
+    def store_memory(self, buf: str, index: Any, value: Value) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no ops.store")
 
     def store_reduction(self, buf: str, index: Any, value: Value) -> None:
