@@ -101,7 +101,9 @@ class CppKernelGen(KernelEmitter):
             adds = [a.add_stmt for a in self.accumulators[first_acc:]]
             uses_r = self.uses_reduction_vars(kn)
             if adds:
-                in_loop = adds + [r for r in self.roots if r not in adds and _feeds_only_loop(r)]
+                # a store belongs in the loop when it stores a value computed there (a pointwise
+                # store of a reduction node's prologue), not one computed from an accumulator
+                in_loop = adds + [r for r in self.roots if r not in adds and not r.reads(lambda v: v.acc is not None)]
                 after = [r for r in self.roots if r not in in_loop]
                 pre = []
             elif uses_r:
@@ -325,21 +327,6 @@ class CppKernelGen(KernelEmitter):
         else:
             body += lines
         return self.source(body)
-
-
-def _feeds_only_loop(v: CValue) -> bool:
-    """Whether a store belongs inside the reduction loop: it stores a value computed there
-    (a pointwise store of a reduction node's prologue), not one computed from an accumulator."""
-    stack, seen = [v], set()
-    while stack:
-        x = stack.pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        if x.acc is not None:
-            return False
-        stack.extend(x.deps)
-    return True
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],

@@ -209,18 +209,11 @@ class TritonKernelGen(KernelEmitter):
         main.extend(post)
 
     def _var_defs(self, which: str, flat: str) -> list[str]:
-        k = self.kernel
-        names = k.xvars if which == "x" else k.rvars
-        sizes = k.xsizes if which == "x" else k.rsizes
+        """Each ``x`` (or ``r``) variable from the flat index ``flat`` of the block's points."""
         lines = []
-        for j, (v, _) in enumerate(zip(names, sizes)):
-            inner = sympy.Integer(1)
-            for s in sizes[j + 1:]:
-                inner = inner * s
+        for name, inner, size in self.unflatten(which):
             text = flat if inner == 1 else f"{flat} // ({self.size_text(inner)})"
-            if j > 0:
-                text = f"({text}) % ({self.size_text(sizes[j])})"
-            lines.append(f"{v.name} = {text}")
+            lines.append(f"{name} = " + (text if size is None else f"({text}) % ({self.size_text(size)})"))
         return lines
 
     def _function(self, body: list[str]) -> KernelSource:
@@ -285,20 +278,22 @@ def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str],
     at most ``persistent_limit`` points are persistent (column reductions: at most
     ``COLUMN_PERSISTENT_LIMIT``); pointwise kernels whose accesses are contiguous along different
     variables are 2D tiled (see :mod:`fireclay_triton.tiling`)."""
+    def generate(kernel: Kernel, **shape: bool) -> KernelSource:
+        return TritonKernelGen(kernel, buffer_dtype, storage_numel, interpret, persistent_limit, **shape).generate()
+
     tiled = tiled_kernel(kernel)
     if tiled is not None:
-        return TritonKernelGen(tiled, buffer_dtype, storage_numel, interpret, persistent_limit, tiled=True).generate()
+        return generate(tiled, tiled=True)
     columns = reduces_columns(kernel)
     if (columns and should_split(kernel)) or few_long_rows(kernel):
         try:
-            return TritonKernelGen(kernel, buffer_dtype, storage_numel, interpret, persistent_limit, columns=columns,
-                              split=True).generate()
+            return generate(kernel, columns=columns, split=True)
         except NotSplittable:
             pass  # an epilogue or another reduction: one program per column block
     try:
-        return TritonKernelGen(kernel, buffer_dtype, storage_numel, interpret, persistent_limit, columns=columns).generate()
+        return generate(kernel, columns=columns)
     except CodegenError:
         if not columns:
             raise
         # the loop structure a column-shaped looped kernel needs did not fit: one tile, as for rows
-        return TritonKernelGen(kernel, buffer_dtype, storage_numel, interpret, persistent_limit).generate()
+        return generate(kernel)

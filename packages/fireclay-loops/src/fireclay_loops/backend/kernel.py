@@ -55,6 +55,19 @@ class Value:
         """Whether it must be computed inside the reduction loop; the rest is hoisted out."""
         return False
 
+    def reads(self, found: Callable[[Value], bool]) -> bool:
+        """Whether ``found`` holds for this value or one it reads, directly or not."""
+        stack: list[Value] = [self]
+        seen: set[Value] = set()
+        while stack:
+            v = stack.pop()
+            if v not in seen:
+                if found(v):
+                    return True
+                seen.add(v)
+                stack.extend(v.deps)
+        return False
+
 
 class Scope:
     """Where declarations go; a value declared in a scope is visible in its inner scopes."""
@@ -193,6 +206,20 @@ class KernelEmitter:
                 if isinstance(a, sympy.Basic) and any(s.name in self.rnames for s in a.xreplace(kn.var_map).free_symbols):
                     return True
         return False
+
+    def unflatten(self, which: str) -> list[tuple[str, sympy.Expr, sympy.Expr | None]]:
+        """The kernel's ``x`` (or ``r``) variables of one flat row-major index ``i``, each as
+        (name, ``inner``, ``size``): the variable is ``i // inner % size`` (``size`` None for
+        the outermost, which needs no remainder)."""
+        k = self.kernel
+        names, sizes = (k.xvars, k.xsizes) if which == "x" else (k.rvars, k.rsizes)
+        out: list[tuple[str, sympy.Expr, sympy.Expr | None]] = []
+        for j, v in enumerate(names):
+            inner = sympy.Integer(1)
+            for s in sizes[j + 1:]:
+                inner = inner * s
+            out.append((v.name, inner, sizes[j] if j > 0 else None))
+        return out
 
     @staticmethod
     def flat_reduction_index(kn: KernelNode) -> sympy.Expr:
