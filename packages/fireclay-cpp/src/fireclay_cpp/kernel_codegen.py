@@ -1,19 +1,15 @@
 """One scheduled kernel as one ``extern "C"`` C++ function.
 
-Built on fireclay-loops' kernel-emission kit (:mod:`fireclay_loops.backend`). Each node body is
-replayed (``LoopBody.run``) on :class:`~fireclay_cpp.op_templates.CppOps`, the op templates, which
-turn every ``ops.*`` call into a C++ declaration with its dependencies. Placement comes
-after: a value is declared, on demand, in the scope that first needs it:
+Built on fireclay-loops' kernel-emission kit (:mod:`fireclay_loops.backend`): node bodies are
+replayed on :class:`~fireclay_cpp.op_templates.CppOps`, the op templates, and the kit's scopes
+place each C++ declaration where it is first needed, one reduction loop per stage. A value placed
+in a loop is recomputed in each later loop that reads it (which is how internal buffers read by
+later loops never reach memory). The scopes:
 
 * the *outer* scope runs once per point of the outer (``x``) loops: pointwise nodes that do not
   touch a reduction variable, and everything after a reduction loop (its epilogue);
 * the *loop* scope is the body of a reduction loop (``r``): what feeds an accumulator, and
   pointwise nodes indexed by ``r``.
-
-A kernel's nodes run in stages (``KernelNode.stage``): one reduction loop per stage, so a node
-reading a reduction result of its own kernel runs in a later loop over ``r``. A value that does
-not change along ``r`` is hoisted out of the loop; a value placed in a loop is recomputed in each
-later loop that reads it (which is how internal buffers read by later loops never reach memory).
 
 Vectorisation: each reduction loop is ``omp simd`` with its accumulators as OpenMP reductions.
 Welford's update divides per element and does not vectorise, so outside split reductions it

@@ -42,15 +42,8 @@ class CValue(Value):
 
     ctype: str = ""
     acc: Accumulator | None = None  # set on reduction values: they live in an accumulator
-    varying: bool | None = None  # changes along the reduction loop (None: if a dependency does)
     bounds: BoundsCheck | None = None  # set on ops.check_bounds values: a loop may check them first
     read: tuple[str, Any] | None = None  # (buffer, index) of an int64 value that is a plain load
-
-    def in_loop(self) -> bool:
-        """Whether it must be computed inside the reduction loop; the rest is hoisted out."""
-        if self.varying is None:
-            self.varying = any(d.in_loop() for d in self.deps)
-        return self.varying
 
 
 @dataclass(eq=False, kw_only=True)

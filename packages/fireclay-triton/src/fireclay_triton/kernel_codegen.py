@@ -11,10 +11,6 @@ statement with its dependencies. Placement comes after, on demand, in the kit's 
   rest (``[XBLOCK, 1]``) in the *main* scope, before the loop when the loop needs them, after
   it when they read a reduction result.
 
-Reductions keep a ``[XBLOCK, RBLOCK]`` accumulator, updated once per tile and reduced across
-``RBLOCK`` after the loop (``tl.reduce`` with the combine functions of the prelude; Welford
-keeps mean, m2 and count per lane and merges them with Chan's formula).
-
 *Persistent* reductions (the whole reduction fits one tile, ``RBLOCK >= rnumel``) have no loop:
 everything is one scope, so a value loaded for one stage is reused by the next (softmax reads
 its input once). *Looped* reductions run one ``for`` over ``r`` per stage

@@ -8,13 +8,11 @@ formula. A sum of ``exp(a - max(a))`` in a looped kernel runs in the loop that c
 
 from __future__ import annotations
 
-from fireclay_loops.backend.dtypes import extreme, is_float
+from fireclay_loops.backend.dtypes import extreme, is_float, reduction_init
 from fireclay_loops.backend.patterns import canonical, exp_of_difference, strip_casts
 from fireclay_triton.op_templates import TritonOps, TritonValue, literal, tl_dtype
 from fireclay_triton.split_reduction import SPLITTABLE, split_result
 from fireclay_triton.tiling import NotSplittable
-
-_INIT = {"sum": "0", "prod": "1", "any": "0", "all": "1"}
 
 
 class TritonKernelOps(TritonOps):
@@ -130,10 +128,9 @@ class TritonKernelOps(TritonOps):
                 return self._online_sum(dtype, *found)
         if kind in ("any", "all"):
             t, v = "tl.int8", f"({value.name} != 0).to(tl.int8)"
-            init_text = _INIT[kind]
         else:
             t, v = tl_dtype(dtype), f"{value.name}.to({tl_dtype(dtype)})"
-            init_text = _INIT.get(kind) or literal(extreme(dtype, kind == "min"))
+        init_text = literal(reduction_init(kind, dtype))
         step = {"sum": f"{acc} + {v}", "prod": f"{acc} * {v}", "max": f"fc_maximum({acc}, {v})",
                 "min": f"fc_minimum({acc}, {v})", "any": f"tl.maximum({acc}, {v})",
                 "all": f"tl.minimum({acc}, {v})"}[kind]

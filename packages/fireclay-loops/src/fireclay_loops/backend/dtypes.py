@@ -44,6 +44,13 @@ def extreme(dtype: str, largest: bool) -> float | int:
     return 2 ** (bits - 1) - 1 if largest else -(2 ** (bits - 1))
 
 
+def reduction_init(kind: str, dtype: str) -> float | int:
+    """The value a ``sum``, ``prod``, ``any``, ``all``, ``max`` or ``min`` reduction of
+    ``dtype`` starts from (``any`` and ``all`` as 0 and 1)."""
+    start = {"sum": 0, "prod": 1, "any": 0, "all": 1}.get(kind)
+    return extreme(dtype, largest=kind == "min") if start is None else start
+
+
 def needs_index64(kernel: Kernel, storage_numel: Callable[[str], sympy.Expr]) -> bool:
     """Whether the kernel needs 64-bit indices: some size is symbolic, or an offset may pass
     2**31 - 1 (``storage_numel(buffer)``: the elements a buffer spans)."""

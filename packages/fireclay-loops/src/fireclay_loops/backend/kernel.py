@@ -50,10 +50,13 @@ class Value:
     # (:mod:`fireclay_loops.backend.patterns`); a cast between floating-point types is
     # ``("float_cast", x)``
     op: tuple[Any, ...] = ()
+    varying: bool | None = None  # changes along the reduction loop (None: if a value it reads does)
 
     def in_loop(self) -> bool:
         """Whether it must be computed inside the reduction loop; the rest is hoisted out."""
-        return False
+        if self.varying is None:
+            self.varying = any(d.in_loop() for d in self.deps)
+        return self.varying
 
     def reads(self, found: Callable[[Value], bool]) -> bool:
         """Whether ``found`` holds for this value or one it reads, directly or not."""
