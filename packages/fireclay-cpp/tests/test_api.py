@@ -81,7 +81,7 @@ def test_many_kernels_are_split_over_libraries_built_together(monkeypatch):
     from fireclay_cpp import api
     from fireclay_cpp.kernel_codegen import KernelSource
 
-    kernels = [KernelSource(f"kernel{i}", "", [], [], []) for i in range(60)]
+    kernels = [KernelSource(name=f"kernel{i}", source="", buffers=[], symbols=[], accumulators=[]) for i in range(60)]
     monkeypatch.setattr(api.os, "cpu_count", lambda: 4)
     groups = api.library_sources(kernels)
     assert len(groups) == 3 and [k for g in groups for k in g] == kernels  # order kept, none lost

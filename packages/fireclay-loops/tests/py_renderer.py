@@ -62,25 +62,17 @@ class PyOps(KernelOps):
         deps = [self.gen.indirect[n] for n in sorted(names) if n in self.gen.indirect]
         return py_expr(index), deps, bool(names & self.gen.rnames)
 
-    def load(self, buf, index):
-        if buf in self.gen.kernel.internal:
-            return self.gen.internal[buf]
-        self.gen.use_buffer(buf, write=False)
+    # memory: the kit's load, masked_load and store keep internal buffers as values
+    def load_memory(self, buf, index, mask):
         text, deps, varying = self._index(index)
-        return self._val(f"{buf}[{text}]", deps, varying)
-
-    def masked_load(self, buf, index, mask):
-        if buf in self.gen.kernel.internal:
-            return self._val(f"{self.gen.internal[buf].name} if {mask.name} else 0", [self.gen.internal[buf], mask])
-        self.gen.use_buffer(buf, write=False)
-        text, deps, varying = self._index(index)
+        if mask is None:
+            return self._val(f"{buf}[{text}]", deps, varying)
         return self._val(f"{buf}[{text}] if {mask.name} else 0", deps + [mask], varying)
 
-    def store(self, buf, index, value):
-        if buf in self.gen.kernel.internal:
-            self.gen.internal[buf] = value  # never reaches memory
-            return
-        self.gen.use_buffer(buf, write=True)
+    def masked(self, value, mask):
+        return self._val(f"{value.name} if {mask.name} else 0", [value, mask])
+
+    def store_memory(self, buf, index, value):
         text, deps, varying = self._index(index)
         self.gen.cse.clear()  # loads of this buffer are stale now
         self.gen.roots.append(PyValue(name="", code=f"{buf}[{text}] = {value.name}", deps=deps + [value],
@@ -145,7 +137,6 @@ class PyKernel(KernelEmitter):
 
     def __init__(self, kernel: Kernel):
         super().__init__(kernel)
-        self.internal: dict[str, PyValue] = {}
         self.inits: list[str] = []
 
     def generate(self) -> str:
