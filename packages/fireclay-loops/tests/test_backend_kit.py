@@ -1,13 +1,19 @@
 """fireclay_loops.backend's emission kit without any renderer: placement in scopes, the ops
-handler's one method per op and per reduction kind, and that the kit imports no torch."""
+handler's one method per op and per reduction kind, internal buffers, the target-independent
+facts renderers share (column accesses, dtype extremes, 64-bit indices, the softmax pattern), and
+that the kit imports no torch."""
 
+import math
+import struct
 import subprocess
 import sys
 from dataclasses import dataclass
 
 import pytest
+import sympy
 
-from fireclay_loops.backend import KernelOps, Scope, Value
+from fireclay_loops import Kernel
+from fireclay_loops.backend import KernelEmitter, KernelOps, Scope, Value, access, dtypes, patterns
 from fireclay_loops.ops import BINARY, REDUCTION_TYPES, UNARY
 
 
@@ -66,3 +72,97 @@ def test_the_handler_has_a_method_per_op_and_per_reduction_kind_with_keywords():
 def test_the_kit_imports_no_torch():
     code = "import sys, fireclay_loops.backend; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_internal_buffers_stay_values_and_other_buffers_go_to_the_renderers_memory_ops():
+    class Gen(KernelEmitter):
+        error = LookupError
+
+    class Ops(KernelOps):
+        def load_memory(self, buf, index, mask):
+            return Value(name=f"{buf}[{index}]" + ("" if mask is None else f" if {mask.name}"), code="")
+
+        def masked(self, value, mask):
+            return Value(name=f"{value.name} if {mask.name}", code="")
+
+        def store_memory(self, buf, index, value):
+            self.emitter.roots.append(Value(name="", code=f"{buf}[{index}] = {value.name}"))
+
+    gen = Gen(Kernel("k", [], [sympy.Integer(4)], [], {"tmp"}))
+    ops = Ops(gen)
+    with pytest.raises(LookupError, match="tmp is read in k before the kernel computes it"):
+        ops.load("tmp", 0)
+    v, m = Value(name="v", code=""), Value(name="m", code="")
+    ops.store("tmp", 0, v)
+    assert ops.load("tmp", 0) is v and ops.masked_load("tmp", 0, m).name == "v if m"
+    assert ops.load("a", "x0").name == "a[x0]" and ops.masked_load("b", 1, m).name == "b[1] if m"
+    ops.store("out", "x0", v)
+    assert [r.code for r in gen.roots] == ["out[x0] = v"]
+    assert gen.buffers == {"a": False, "b": False, "out": True}  # the internal buffer is no argument
+
+
+x0, x1, r0, s0 = sympy.symbols("x0 x1 r0 s0")
+
+
+@pytest.mark.parametrize("accesses, columns", [
+    ([r0 + 8 * x0], False),  # rows: contiguous along the reduction
+    ([x0 + 8 * r0], True),  # columns: contiguous along the kept dim, strided along the reduced one
+    ([x0 + 8 * r0, r0 + 8 * x0], False),  # one access along r: rows win
+    ([r0, x0 + 8 * r0], True),  # a per-step value (x does not move it) does not count
+    ([x0], False),  # no access moves with r
+])
+def test_which_reductions_read_columns(accesses, columns):
+    assert access.reads_columns(accesses, [x0], [r0], hint=int) is columns
+
+
+def test_index_steps():
+    assert access.index_step(3 * x0 + r0, x0, int) == 3 and access.index_step(r0, x0, int) == 0
+    assert access.index_step(sympy.Mod(x0, 4) + 4 * sympy.floor(x0 / 4), x0, int) == 1
+
+
+@pytest.mark.parametrize("got, expected", [
+    (dtypes.extreme("float32", largest=True), math.inf), (dtypes.extreme("int8", largest=False), -128),
+    (dtypes.extreme("int64", largest=True), 2**63 - 1), (dtypes.extreme("uint8", largest=True), 255),
+    (dtypes.extreme("bool", largest=False), 0), (dtypes.reduction_init("prod", "int32"), 1),
+    (dtypes.reduction_init("max", "int16"), -32768), (dtypes.reduction_init("min", "bfloat16"), math.inf),
+    (dtypes.as_float32(0.1), struct.unpack("f", struct.pack("f", 0.1))[0]), (dtypes.as_float32(1e39), 1e39),
+])
+def test_dtype_facts(got, expected):
+    assert got == expected
+
+
+def test_64_bit_indices_for_symbolic_sizes_and_offsets_past_int32():
+    small, symbolic = Kernel("k", [], [sympy.Integer(16)], []), Kernel("k", [], [s0], [])
+    assert not dtypes.needs_index64(small, lambda b: sympy.Integer(16))
+    assert dtypes.needs_index64(symbolic, lambda b: sympy.Integer(16))
+    assert dtypes.needs_index64(Kernel("k", [], [sympy.Integer(2**31)], []), lambda b: sympy.Integer(16))
+
+
+def test_values_vary_along_a_loop_through_what_they_read():
+    r = Value(name="r", code="", varying=True)
+    c = Value(name="c", code="")
+    s = Value(name="s", code="", deps=[c, r])
+    assert s.in_loop() and not c.in_loop()
+    assert s.reads(lambda v: v is r) and not c.reads(lambda v: v is r)
+
+
+def test_a_softmax_term_and_the_same_computation_in_two_loops():
+    a, m = Value(name="a", code=""), Value(name="m", code="")
+    m_cast = Value(name="m32", code="", op=("float_cast", m))
+    term = Value(name="e", code="", op=("float_cast", Value(name="e0", code="", op=(
+        "exp", Value(name="d", code="", op=("sub", a, m_cast))))))
+    assert patterns.exp_of_difference(term) == (a, m)
+    assert patterns.exp_of_difference(Value(name="x", code="", op=("exp", a))) is None
+
+    def loop(first: str, second: str, factor: int) -> Value:
+        load = Value(name=first, code=f"{first} = load(p + x0)")
+        return Value(name=second, code=f"{second} = {first} * {factor}", deps=[load])
+
+    memo: dict = {}
+    assert patterns.canonical(loop("t1", "t2", 2), memo) == patterns.canonical(loop("t7", "t9", 2), memo)
+    assert patterns.canonical(loop("t1", "t2", 2), memo) != patterns.canonical(loop("t7", "t9", 3), memo)
+
+
+def test_a_flat_index_unflattens_row_major():
+    gen = KernelEmitter(Kernel("k", [], [sympy.Integer(2), sympy.Integer(3), sympy.Integer(4)], []))
+    assert gen.unflatten("x") == [("x0", 12, None), ("x1", 4, 3), ("x2", 1, 4)]

@@ -41,7 +41,7 @@ def extreme(dtype: str, largest: bool) -> float | int:
     bits = INT_BITS.get(dtype)
     if bits is None:  # uint8
         return 255 if largest else 0
-    return 2 ** (bits - 1) - 1 if largest else -(2 ** (bits - 1))
+    return (1 << (bits - 1)) - 1 if largest else -(1 << (bits - 1))
 
 
 def reduction_init(kind: str, dtype: str) -> float | int:
