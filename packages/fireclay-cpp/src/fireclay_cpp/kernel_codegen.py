@@ -73,10 +73,11 @@ class CppKernelGen(KernelEmitter):
     PARALLEL_MIN_WORK = PARALLEL_MIN_WORK
 
     def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
-                 threads: int):
+                 threads: int, buffer_extent: Callable[[str], tuple[int, int] | None] | None = None):
         super().__init__(kernel)
         self.local = set(kernel.internal)  # values that never reach memory
         self.buffer_dtype = buffer_dtype
+        self.buffer_extent = buffer_extent or (lambda buf: None)
         self.hint = hint
         self.threads = threads
         self.internal_stores: dict[str, CValue] = {}
@@ -360,9 +361,11 @@ def _feeds_only_loop(v: CValue) -> bool:
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
-                    threads: int | None = None) -> KernelSource:
+                    threads: int | None = None,
+                    buffer_extent: Callable[[str], tuple[int, int] | None] | None = None) -> KernelSource:
     """C++ for one kernel; ``hint`` evaluates a size expression at its hint (for choosing how to
-    parallelise), ``threads`` is the number of threads planned for. The kernel's internal buffers
-    are never stored; one a later loop over ``r`` reads (fireclay-loops decides which) is
-    recomputed by that loop."""
-    return CppKernelGen(kernel, buffer_dtype, hint, threads or os.cpu_count() or 1).generate()
+    parallelise), ``threads`` is the number of threads planned for, ``buffer_extent`` gives the
+    least and greatest index of a buffer's elements where known (masked loads use it). The
+    kernel's internal buffers are never stored; one a later loop over ``r`` reads (fireclay-loops
+    decides which) is recomputed by that loop."""
+    return CppKernelGen(kernel, buffer_dtype, hint, threads or os.cpu_count() or 1, buffer_extent).generate()
