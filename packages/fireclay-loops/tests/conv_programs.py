@@ -36,6 +36,18 @@ def conv_bn_relu_pool(b, g):
     return outs + [b.call("mean.dim", h, [2, 3], True)]
 
 
+def stem_padded_pool(b, g):
+    """Inference, a ResNet stem: conv -> scale -> relu -> 3x3 max pool of stride 2 and padding 1
+    (windows reach before the first row and column), then a 3x3 pool of stride 1 and padding 1
+    (windows reach past the last ones too)."""
+    x, w = b.input(g(2, 3, 16, 16), "x"), b.input(g(8, 3, 3, 3), "w")
+    h = b.call("relu.default", b.call("mul.Tensor", _conv(b, x, w), 2.0))
+    p, _ = b.call("max_pool2d_with_indices.default", h, [3, 3], [2, 2], [1, 1])
+    q, _ = b.call("max_pool2d_with_indices.default", b.call("relu.default", b.call("neg.default", p)),
+                  [3, 3], [1, 1], [1, 1])
+    return [q]
+
+
 def strided_conv_bias(b, g):
     x, w, bias = b.input(g(2, 4, 11, 11), "x"), b.input(g(6, 4, 3, 3), "w"), b.input(g(6), "bias")
     y = _conv(b, x, w, bias, stride=2)
@@ -142,7 +154,7 @@ class ConvProgram:
 
 
 PROGRAMS = [
-    ConvProgram(conv_bn_relu_pool), ConvProgram(strided_conv_bias), ConvProgram(grouped_and_depthwise),
+    ConvProgram(conv_bn_relu_pool), ConvProgram(stem_padded_pool), ConvProgram(strided_conv_bias), ConvProgram(grouped_and_depthwise),
     ConvProgram(pointwise_conv_residual), ConvProgram(padded_dilated), ConvProgram(transposed_conv),
     ConvProgram(one_channel_and_one_pixel), ConvProgram(channels_last_input, meta_strides_differ=True),
     ConvProgram(training_forward, saved=(1, 2, 3, 4, 5)), ConvProgram(training_backward),

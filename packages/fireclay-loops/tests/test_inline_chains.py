@@ -76,3 +76,30 @@ def test_transcendental_producers_read_broadcast_are_stored_once():
     for _ in range(3):
         fresh = [torch.randn(6, generator=gen), torch.randn(5, generator=gen)]
         torch.testing.assert_close(run(scheduled, *fresh)[0], b.eager(*fresh)[0])
+
+
+def test_padded_windows_recompute_producers_at_plain_indices():
+    """A padded max pool recomputes batch norm and relu at each window point; the window's first
+    row and column lie before the producer's buffer, where only the mask keeps the load out.
+    The producer's indices are the window's own (2*y - 1 + k), not ``(i // s) % n`` of a flat
+    position that can be negative (that div/mod kept the pooling loop scalar), and the result
+    is eager's."""
+    from conv_programs import PROGRAMS, build, tolerance
+
+    from fireclay_loops import exprs
+
+    case = next(c for c in PROGRAMS if c.name == "stem_padded_pool")
+    program, b, make_inputs = build(case, torch.float32, seed=3)
+    scheduled = schedule(lower(program, channels_last=True))
+    assert any(d.action == "inline" for d in scheduled.decisions)
+    pooled = [k for k in scheduled.kernels for kn in k.nodes
+              if any("max_pool2d" in o for o in kn.node.meta.get("origins", []))]
+    assert pooled
+    for kernel in pooled:
+        for kn in kernel.nodes:
+            for op in kn.node.body.ops:
+                if op.name in ("load", "masked_load"):
+                    assert not op.args[1].atoms(exprs.FloorDiv, exprs.Mod), op.args[1]
+    for _ in range(3):
+        inputs = make_inputs()
+        torch.testing.assert_close(run(scheduled, *inputs)[0], b.eager(*inputs)[0], **tolerance(torch.float32))

@@ -69,8 +69,13 @@ class _Inliner:
 
     def _inline(self, index: Any, mask: Any) -> Any:
         subs: dict[Any, Any] = {}
-        for v, stride, size in _producer_vars(self.producer) or ():
+        producer_vars = _producer_vars(self.producer) or []
+        for v, stride, size in producer_vars:
             subs[v] = exprs.simplify(exprs.modular_indexing(index, stride, size), self.recorder.var_sizes)
+        if mask is not None and any(e.atoms(exprs.FloorDiv, exprs.Mod) for e in subs.values()):
+            split = _split_under_mask(index, producer_vars, _mask_bounds(self.recorder.body, mask),
+                                      self.recorder.var_sizes)
+            subs = split if split is not None else subs
         self.count += 1
         replay = _Replay(self.recorder, mask, subs, f"{self.tag}_{self.count}")
         self.producer.body.run(replay, subs)
@@ -231,3 +236,133 @@ def inline_pointwise(program: LoopProgram, decisions: list[Any]) -> LoopProgram:
     return LoopProgram({b: v for b, v in program.buffers.items() if b in kept}, nodes, list(program.inputs),
                        dict(program.symbols), program.seed, set(program.donated),
                        dict(program.input_specs), dict(program.weights))
+
+
+# -- the producer's index of a masked load
+#
+# A load the consumer masks (a padded window: pooling, convolution-like shifts) may address
+# points before or after the producer's buffer, where the mask is false. ``(index // stride) %
+# size`` cannot simplify there (index - 1 may be negative), and the div/mod it leaves keeps the
+# consumer's loop from vectorising. Where the mask bounds each per-dimension part of the index,
+# the parts are the producer's variables themselves.
+
+
+def _mask_bounds(body: LoopBody, mask: Any) -> list[tuple[str, sympy.Expr, sympy.Expr]]:
+    """The bounds a mask of ``and``-ed comparisons states: ``(">=", expr, c)`` for ``expr >= c``
+    and ``("<", expr, n)`` for ``expr < n`` (index expressions against constants or index
+    expressions); other conjuncts state nothing usable and are left out."""
+    out: list[tuple[str, sympy.Expr, sympy.Expr]] = []
+
+    def index_of(v: Any) -> sympy.Expr | None:
+        op = body.ops[v.index]
+        while op.name == "to_dtype":
+            op = body.ops[op.args[0].index]
+        if op.name == "index_expr":
+            return exprs.as_expr(op.args[0])
+        if op.name == "constant" and isinstance(op.args[0], int) and not isinstance(op.args[0], bool):
+            return sympy.Integer(op.args[0])
+        return None
+
+    stack = [mask]
+    while stack:
+        op = body.ops[stack.pop().index]
+        if op.name == "logical_and":
+            stack.extend(op.args)
+            continue
+        kind = {"ge": ">=", "lt": "<", "gt": ">", "le": "<="}.get(op.name)
+        if kind is None:
+            continue
+        a, b = (index_of(x) for x in op.args)
+        if a is None or b is None:
+            continue
+        if kind == ">":
+            kind, b = ">=", b + 1
+        elif kind == "<=":
+            kind, b = "<", b + 1
+        out.append((kind, a, b))
+    return out
+
+
+def _split_under_mask(index: Any, producer_vars: Sequence[tuple[sympy.Symbol, sympy.Expr, sympy.Expr]],
+                      bounds: list[tuple[str, sympy.Expr, sympy.Expr]],
+                      var_sizes: dict[str, Any]) -> dict[Any, Any] | None:
+    """The producer's variables as the parts of ``index`` along its strides (each term goes to
+    the largest stride dividing it; the constant is shared out among the strides, trying each
+    way that rounds down or up), when every part lies inside its dimension wherever the mask
+    holds: inside over the loop ranges, or bounded by a conjunct of the mask. None when no
+    split can be shown to."""
+    strides = []
+    for v, stride, size in producer_vars:
+        st, n = exprs.to_static(stride), exprs.to_static(size)
+        if st is None or n is None or st <= 0:
+            return None
+        strides.append((v, st, n))
+    order = sorted(strides, key=lambda t: -t[1])
+    parts: dict[Any, sympy.Expr] = {v: sympy.Integer(0) for v, _, _ in strides}
+    constant = 0
+    loop_vars = {exprs.symbol(name) for name in var_sizes}
+    for term in sympy.Add.make_args(sympy.expand(exprs.as_expr(index))):
+        coeff, rest = term.as_coeff_Mul()
+        if not coeff.is_Integer:
+            return None
+        c = int(coeff)
+        if rest == 1:
+            constant += c
+            continue
+        if not isinstance(rest, sympy.Symbol) or rest not in loop_vars:
+            return None
+        home = next(((v, st) for v, st, _ in order if c % st == 0), None)
+        if home is None:
+            return None
+        parts[home[0]] += sympy.Integer(c // home[1]) * rest
+    ranges = {exprs.symbol(name): exprs.to_static(n) for name, n in var_sizes.items()}
+
+    def inside(part: sympy.Expr, n: int) -> bool:
+        low_high = _affine_range(part, ranges)
+        if low_high is None:
+            return False
+        low, high = low_high
+        if low < 0 and not any(k == ">=" and c.is_Integer and _shift(e, part) is not None
+                               and int(c) - _shift(e, part) >= 0 for k, e, c in bounds):
+            return False
+        return high < n or any(k == "<" and c.is_Integer and _shift(e, part) is not None
+                               and int(c) - _shift(e, part) <= n for k, e, c in bounds)
+
+    def share(k: int, rest: int, chosen: dict[Any, sympy.Expr]) -> dict[Any, sympy.Expr] | None:
+        if k == len(order):
+            return chosen if rest == 0 else None
+        v, st, n = order[k]
+        q = rest // st
+        for take in (q, q + 1) if rest % st and k + 1 < len(order) else (q,):
+            part = parts[v] + take
+            if inside(part, n):
+                found = share(k + 1, rest - take * st, {**chosen, v: part})
+                if found is not None:
+                    return found
+        return None
+
+    return share(0, constant, {})
+
+
+def _shift(e: sympy.Expr, part: sympy.Expr) -> int | None:
+    """``e - part`` when it is an integer constant."""
+    d = sympy.expand(e - part)
+    return int(d) if d.is_Integer else None
+
+
+def _affine_range(e: sympy.Expr, ranges: dict[sympy.Symbol, int | None]) -> tuple[int, int] | None:
+    """Least and greatest value of affine ``e`` over variables ranging ``0 .. n - 1``."""
+    low = high = 0
+    for term in sympy.Add.make_args(sympy.expand(e)):
+        coeff, rest = term.as_coeff_Mul()
+        if not coeff.is_Integer:
+            return None
+        if rest == 1:
+            low, high = low + int(coeff), high + int(coeff)
+            continue
+        n = ranges.get(rest) if isinstance(rest, sympy.Symbol) else None
+        if n is None:
+            return None
+        span = int(coeff) * (n - 1)
+        low, high = low + min(0, span), high + max(0, span)
+    return low, high
