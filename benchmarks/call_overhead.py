@@ -147,7 +147,7 @@ def fireclay_parts(compiled: Any, args: tuple, kwargs: dict, calls: int, repeats
     runtime = getattr(program, "_inference", None)
     try:
         replace(captured, "_bind", "bind")
-        replace(entry, "guards", "guards")
+        replace(entry.guards, "fn", "guards")
         replace(entry, "compiled", "graph")
         replace(capture_cache, "rebuild", "rebuild")
         if runtime is not None and getattr(program, "dynamic", None) is None:
