@@ -146,7 +146,7 @@ class CompiledProgram:
     def __init__(self, program: Program, example_inputs: Sequence[Any], *, fw_compiler: Backend | None = None,
                  bw_compiler: Backend | None = None, inference_compiler: Backend | None = None,
                  partitioner: str = "min_cut", artifact_cache: Any = None,
-                 stage_timer: Callable[[str], Any] | None = None):
+                 stage_timer: Callable[[str], Any] | None = None, inputs_checked: bool = False):
         self.program = program
         # Optional: an object with load(kind, inputs) -> artifact | None and store(kind, inputs,
         # artifact), kind "inference" or "training"; a hit skips tracing and partitioning.
@@ -163,6 +163,17 @@ class CompiledProgram:
         self._weights = {i: x for i, x in enumerate(inputs) if i not in self._user_positions}
         self._signature = [_signature(x) for x in inputs]
         self._expected = [_expected(sig) for sig in self._signature]
+        # With ``inputs_checked`` the caller vouches that every call's inputs have the example
+        # inputs' types, shapes, dtypes, devices and requires_grad (the capture's guards check
+        # each of them, weights included): a call then only places the user inputs among the
+        # weights, and whether any input requires grad is known now. The compiled code still
+        # checks what it must for memory safety.
+        self.inputs_checked = inputs_checked
+        self._any_requires_grad = any(isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+        n_user = len(self._user_positions)
+        self._weights_follow_users = (self._user_positions == list(range(n_user))
+                                      and sorted(self._weights) == list(range(n_user, len(inputs))))
+        self._weight_values = [self._weights[i] for i in sorted(self._weights)]
         self._inference: InferenceRuntime | None = None
         self._training: TrainingRuntime | None = None
         self.graphs: AOTGraphs | None = None
@@ -174,9 +185,13 @@ class CompiledProgram:
     def __call__(self, *user_inputs: Any) -> tuple:
         if self.dynamic is not None:
             return self.dynamic(user_inputs)
-        inputs = self._full_inputs(user_inputs)
-        needs_grad = torch.is_grad_enabled() and any(
-            isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
+        if self.inputs_checked and self._weights_follow_users and len(user_inputs) == len(self._user_positions):
+            inputs = [*user_inputs, *self._weight_values]
+            needs_grad = self._any_requires_grad and torch.is_grad_enabled()
+        else:
+            inputs = self._full_inputs(user_inputs)
+            needs_grad = torch.is_grad_enabled() and any(
+                isinstance(x, torch.Tensor) and x.requires_grad for x in inputs)
         if needs_grad:
             if self._training is None:
                 self._training = self._compile_training(inputs)
@@ -282,15 +297,18 @@ def _examples(program: Program) -> list[torch.Tensor]:
 def compile_program(program: Program, example_inputs: Sequence[Any], *, fw_compiler: Backend | None = None,
                     bw_compiler: Backend | None = None, inference_compiler: Backend | None = None,
                     partitioner: str = "min_cut", artifact_cache: Any = None,
-                    stage_timer: Callable[[str], Any] | None = None) -> CompiledProgram:
+                    stage_timer: Callable[[str], Any] | None = None, inputs_checked: bool = False) -> CompiledProgram:
     """Compile a torch-dialect ``program`` into a callable taking its user inputs (weights are
     bound from ``program.weights``, or pass every graph input). Gradients flow to inputs that
     require grad as in eager; inputs the program mutates are updated in place.
     ``artifact_cache`` (see :class:`CompiledProgram`) lets a compile reuse stored artifacts;
-    ``stage_timer`` times the traces of programs with symbolic sizes."""
+    ``stage_timer`` times the traces of programs with symbolic sizes. ``inputs_checked=True``
+    says the caller checks, before each call, that the inputs have the example inputs' types,
+    shapes, strides, dtypes, devices and requires_grad (as the capture's guards do): the call
+    then skips its own check of them."""
     return CompiledProgram(program, example_inputs, fw_compiler=fw_compiler, bw_compiler=bw_compiler,
                            inference_compiler=inference_compiler, partitioner=partitioner,
-                           artifact_cache=artifact_cache, stage_timer=stage_timer)
+                           artifact_cache=artifact_cache, stage_timer=stage_timer, inputs_checked=inputs_checked)
 
 
 def aot_backend(fw_compiler: Backend | None = None, bw_compiler: Backend | None = None, *,

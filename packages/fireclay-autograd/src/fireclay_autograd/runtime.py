@@ -43,8 +43,10 @@ class OutputPlan:
         values of the symbolic sizes in their view chains). The outputs are rebuilt before any
         input is written, so that a failure here leaves the caller's tensors as they were (and
         the call can be run again another way)."""
+        n, m = self.num_user_outputs, len(self.mutated_inputs)
+        if not m and not self.num_hidden_outputs and self.output_aliases.count(None) == len(self.output_aliases):
+            return tuple(results[:n])  # nothing to write back or rebuild: the common case, per call
         try:
-            n, m = self.num_user_outputs, len(self.mutated_inputs)
             user = list(results[:n])
             bases = results[n + m:n + m + self.num_intermediate_bases]
             # Views of other outputs come last, so that they view what the user gets. Views are

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
-import inspect
 import logging
 import types
 import warnings
@@ -17,6 +16,7 @@ from typing import Any
 import torch
 
 from fireclay_capture.backends import lookup_backend
+from fireclay_capture.binding import argument_binder
 from fireclay_capture.cache import CacheEntry, CaptureStats, CodeCache
 from fireclay_capture.code_flags import CO_VARARGS, CO_VARKEYWORDS, suspends
 from fireclay_capture.config import config
@@ -114,10 +114,11 @@ class CapturedFunction(CaptureWrapper):
         self.cache = CodeCache()
         self.stats = CaptureStats()
         self.programs: list = []
-        self._signature = inspect.signature(self.fn, follow_wrapped=False)
-        params = list(self._signature.parameters.values())
-        self._names = [p.name for p in params]
-        self._simple = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        self._bind_arguments = argument_binder(self.fn)
+        # Positional parameters only: a call with exactly that many positional arguments binds
+        # by position (the common case, without the binder).
+        self._names = list(self.code.co_varnames[:self.code.co_argcount])
+        self._simple = not self.code.co_kwonlyargcount and not self.code.co_flags & (CO_VARARGS | CO_VARKEYWORDS)
         # Functions this one reaches after its graph breaks, each captured on its own: resume
         # functions by (offset, stack layout) under their BreakPlan, callees by function.
         self._callees: dict = {}
@@ -134,9 +135,7 @@ class CapturedFunction(CaptureWrapper):
             args = (self._bound_self, *args)
         if self._simple and not kwargs and len(args) == len(self._names):
             return dict(zip(self._names, args))
-        bound = self._signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        return dict(bound.arguments)
+        return self._bind_arguments(args, kwargs)
 
     def __call__(self, *args, **kwargs):
         self.stats.calls += 1
@@ -313,7 +312,7 @@ class CapturedFunction(CaptureWrapper):
         program.metadata["capture"] = {"function": self.code.co_qualname, "file": self.code.co_filename,
                                        "line": self.code.co_firstlineno}
         tx.aliases.guard_distinct()
-        guards = tx.guards.compile(tx.input_sources)
+        guards = tx.guards.compile(tx.input_sources, L)
         if guards_log.isEnabledFor(logging.INFO):
             guards_log.info("guards of %s, entry %d (%d guards):\n%s", self._where(), len(self.cache.entries),
                             len(guards.guards), guards.source.rstrip())

@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from fireclay_capture.sources import ConstSource, Source, read_source
+from fireclay_capture.sources import ConstSource, ItemSource, Source, read_source
 
 
 class GlobalState(NamedTuple):
@@ -152,8 +152,10 @@ class GuardSet:
     def __len__(self) -> int:
         return len(self.guards)
 
-    def compile(self, input_sources: list[Source]) -> CompiledGuards:
-        return CompiledGuards(self.guards, input_sources)
+    def compile(self, input_sources: list[Source], L: dict | None = None) -> CompiledGuards:
+        """The guard function; ``L``, the call the trace was made from, lets it skip the item
+        checks of tuples that are still the objects seen then."""
+        return CompiledGuards(self.guards, input_sources, L)
 
 
 def _is_singleton(value: Any) -> bool:
@@ -169,15 +171,34 @@ def _freeze(value: Any) -> Any:
         return id(value)
 
 
+# Item values whose type cannot change while the object stays the same (no ``__class__``
+# assignment): a type guard on such an item of an unchanged tuple holds.
+_IMMUTABLE_TYPES = (type(None), bool, int, float, complex, str, bytes, tuple, frozenset, torch.dtype)
+_INDENT = "    "
+
+
 class CompiledGuards:
     """The generated ``check_and_extract(L)`` of one cache entry, with its source text kept for
-    people (``entry.guards.source``)."""
+    people (``entry.guards.source``).
 
-    def __init__(self, guards: list[Guard], input_sources: list[Source]):
+    The code is ordered and shaped for the call that passes, which is every call but the few
+    that recompile:
+
+    * every source is read once into a local, and each guard is one ``if`` over locals;
+    * a tensor's metadata is one line: type, shape, strides (a contiguity test where the shape
+      pins them), dtype, requires_grad, device (``is_cpu`` for the CPU); a weight's identity,
+      the cheaper test, comes first;
+    * guards on the items of a tuple (a function's ``__defaults__``) sit in a block entered only
+      when the tuple is not the object seen at capture: a tuple cannot change, so the same
+      object has the same items (``if v9 is not k3:`` then the item checks). Given ``L`` (the
+      call the trace was made from) the compiler reads those tuples.
+    """
+
+    def __init__(self, guards: list[Guard], input_sources: list[Source], L: dict | None = None):
         self.guards = guards
         ns: dict[str, Any] = {"torch": torch, "___global_state": _read_global_state}
         consts: dict[int, str] = {}
-        lines: list[str] = []
+        lines: list[str] = []  # each with its indentation
         names: dict[Source, str] = {}
 
         def const(obj: Any, hint: str = "k") -> str:
@@ -199,76 +220,63 @@ class CompiledGuards:
             if base is None:
                 text = source.expr(consts)
             else:
-                # Re-express this step on the base's local name, then bind it to a local.
-                rebased: Any = _Rebased(source, ref(base))  # read like a source by its expr()
-                text = type(source).expr(rebased, consts)
+                text = step(source, ref(base))
             name = f"v{len(names)}"
             names[source] = name
             lines.append(f"{name} = {text}")
             return name
 
+        def step(source: Source, base_name: str) -> str:
+            """The expression of ``source``'s last step, its base being the local ``base_name``."""
+            rebased: Any = _Rebased(source, base_name)  # read like a source by its expr()
+            return type(source).expr(rebased, consts)
+
         tagged: list[tuple[int, int]] = []  # (first line of the guard, guard index)
         typed: dict[str, type] = {}  # local name -> the type an earlier line checked it has
-        for index, g in enumerate(guards):
+        blocks = _tuple_blocks(guards, L)  # guard index -> (tuple source, tuple, guard indices)
+        identity_of = {g.source: i for i, g in enumerate(guards) if g.kind == "id" and g.source is not None}
+        done: set[int] = set()
+
+        def emit(index: int, indent: str = "", v: str | None = None) -> None:
+            g = guards[index]
+            done.add(index)
             tagged.append((len(lines), index))
             if g.kind == "expr":
                 lines.append(f"if not ({g.data}): return None")
-                continue
+                return
             if g.kind == "global_state":
                 lines.append(f"if ___global_state() != {const(tuple(g.data), 'state')}: return None")
-                continue
+                return
             if g.source is None:  # pragma: no cover - only expr and global_state guards have none
                 raise AssertionError(f"a {g.kind} guard without a source")
-            v = ref(g.source)
-
-            def type_check(v: str, typ: type) -> str:
-                # a type already checked on an earlier line of this value holds here too
-                return "" if typed.get(v) is typ else f"type({v}) is not {const(typ)} or "
-
-            if g.kind == "type":
-                lines.append(f"if type({v}) is not {const(g.data)}: return None")
-                typed[v] = g.data
-            elif g.kind == "id":
-                lines.append(f"if {v} is not {const(g.data)}: return None")
-            elif g.kind == "equals" and _is_singleton(g.data):
-                # None, True, False, ...: being that object is having its type and value
-                lines.append(f"if {v} is not {const(g.data)}: return None")
-            elif g.kind == "equals":
-                lines.append(f"if {type_check(v, type(g.data))}{v} != {const(g.data)}: return None")
-            elif g.kind == "len":
-                typ, n = g.data
-                lines.append(f"if {type_check(v, typ)}len({v}) != {n}: return None")
-            elif g.kind == "dict_keys":
-                typ, keys = g.data
-                lines.append(f"if {type_check(v, typ)}list({v}) != {const(keys)}: return None")
-            elif g.kind == "no_hooks":
-                lines.append(f"if {v}._forward_hooks or {v}._forward_pre_hooks: return None")
-            elif g.kind == "not_in":
-                lines.append(f"if {g.data!r} in {v}: return None")
-            elif g.kind == "same":
-                lines.append(f"if {v} is not {ref(g.data)}: return None")
+            if v is None:
+                v = ref(g.source)
+            if g.kind == "same":
+                check = f"{v} is not {ref(g.data)}"
             elif g.kind == "distinct":
                 ids = ", ".join(f"id({ref(s)})" for s in g.data)
-                lines.append(f"if len({{{ids}}}) != {len(g.data)}: return None")
-            elif g.kind == "tensor":
-                typ, dtype, device, shape, stride, rg, dyn = g.data
-                # cheap first, for the entries a call does not match: a size differs more often
-                # than a dtype; the device last (reading it builds a torch.device)
-                checks = [f"type({v}) is not {const(typ)}"]
-                if dyn:
-                    # Strides follow the dynamic sizes: pin the layout by contiguity instead.
-                    checks.append(f"{v}.dim() != {len(shape)}")
-                    checks += [f"{v}.size({i}) != {s}" for i, s in enumerate(shape) if i not in dyn]
-                    checks.append(f"not {v}.is_contiguous()")
-                else:
-                    checks += [f"{v}.shape != {shape!r}", f"{v}.stride() != {stride!r}"]
-                checks += [f"{v}.dtype is not {const(dtype)}", f"{v}.requires_grad is not {rg}",
-                           f"{v}.device != {const(device)}"]
-                lines.append("if " + " or ".join(checks) + ": return None")
-            else:  # pragma: no cover - the kinds are closed
-                raise AssertionError(g.kind)
+                check = f"len({{{ids}}}) != {len(g.data)}"
+            else:
+                check = self._check(g, v, const, typed)
+            lines.append(f"{indent}if {check}: return None")
+
+        for index, g in enumerate(guards):
+            if index in done:
+                continue
+            if index in blocks:
+                source, value, members = blocks[index]
+                v = ref(source)
+                lines.append(f"if {v} is not {const(value)}:")
+                for member in members:
+                    m = guards[member]
+                    # an item is read inline: outside the block, a later guard binds it if needed
+                    emit(member, _INDENT, v if m.source == source else step(m.source, v))
+                continue
+            if g.kind == "tensor" and g.source in identity_of and identity_of[g.source] not in done:
+                emit(identity_of[g.source])  # a weight: its identity first, the cheaper test
+            emit(index)
         outs = ", ".join(ref(s) for s in input_sources)
-        body = "\n".join("        " + line for line in lines) or "        pass"
+        body = "\n".join(2 * _INDENT + line for line in lines) or 2 * _INDENT + "pass"
         self.source = (
             "def check_and_extract(L):\n"
             "    try:\n"
@@ -282,16 +290,50 @@ class CompiledGuards:
         self._ns, self._lines, self._tagged = ns, lines, tagged
         self._diagnose: Any = None
 
+    @staticmethod
+    def _check(g: Guard, v: str, const: Any, typed: dict[str, type]) -> str:
+        """The condition under which guard ``g`` on the value ``v`` (a local or an expression) fails."""
+
+        def type_check(typ: type) -> str:
+            # a type already checked on an earlier line of this value holds here too
+            return "" if typed.get(v) is typ else f"type({v}) is not {const(typ)} or "
+
+        if g.kind == "type":
+            typed[v] = g.data
+            return f"type({v}) is not {const(g.data)}"
+        if g.kind == "id" or g.kind == "equals" and _is_singleton(g.data):
+            # None, True, False, ...: being that object is having its type and value
+            return f"{v} is not {const(g.data)}"
+        if g.kind == "equals":
+            return f"{type_check(type(g.data))}{v} != {const(g.data)}"
+        if g.kind == "len":
+            typ, n = g.data
+            return f"{type_check(typ)}len({v}) != {n}"
+        if g.kind == "dict_keys":
+            typ, keys = g.data
+            return f"{type_check(typ)}list({v}) != {const(keys)}"
+        if g.kind == "no_hooks":
+            return f"{v}._forward_hooks or {v}._forward_pre_hooks"
+        if g.kind == "not_in":
+            return f"{g.data!r} in {v}"
+        if g.kind == "tensor":
+            return _tensor_check(g, v, const)
+        raise AssertionError(g.kind)  # pragma: no cover - the kinds are closed
+
     def first_failure(self, L: dict) -> str | None:
         """Which guard rejects ``L``, in words (``None`` when all pass): the reason of a
-        recompile. Built on first use from the same checks, each returning its guard's index."""
+        recompile. Built on first use from the same checks, each returning its guard's index
+        (the item checks of a tuple block run whatever the tuple, to find the one that fails)."""
         if self._diagnose is None:
             starts = dict(self._tagged)
             body = []
             for i, line in enumerate(self._lines):
+                indent = line[:len(line) - len(line.lstrip())]
                 if i in starts:
-                    body.append(f"___at = {starts[i]}")
-                body.append(line.replace(": return None", ": return ___at") if line.startswith("if ") else line)
+                    body.append(f"{indent}___at = {starts[i]}")
+                if line.endswith(":"):  # a tuple block's entry: enter it always
+                    line = "if True:"
+                body.append(line.replace(": return None", ": return ___at"))
             text = ("def diagnose(L):\n    ___at = -1\n    try:\n"
                     + "".join(f"        {line}\n" for line in body or ["pass"])
                     + "    except Exception:\n        return ___at\n    return None\n")
@@ -306,6 +348,75 @@ class CompiledGuards:
 
     def __call__(self, L: dict) -> list | None:
         return self.fn(L)
+
+
+def _tuple_blocks(guards: list[Guard], L: dict | None) -> dict[int, tuple[Source, tuple, list[int]]]:
+    """Guards that hold whenever a tuple is the object it was at capture, grouped by the tuple:
+    {index of the group's first guard: (the tuple's source, the tuple, the group's guards)}.
+    A group holds the guards on the tuple itself (its type, its length) and the identity, value
+    and immutable-type guards on its items; groups of one guard are left as they are."""
+    if L is None:
+        return {}
+    groups: dict[Source, list[int]] = {}
+    values: dict[Source, tuple] = {}
+    for index, g in enumerate(guards):
+        if g.source is None:
+            continue
+        if g.kind in ("type", "len") and _reads_tuple(g.source, L, values):
+            groups.setdefault(g.source, []).append(index)
+        elif (isinstance(g.source, ItemSource) and _implied_by_identity(g)
+              and _reads_tuple(g.source.base, L, values)):
+            groups.setdefault(g.source.base, []).append(index)
+    return {members[0]: (source, values[source], members) for source, members in groups.items() if len(members) > 1}
+
+
+def _implied_by_identity(g: Guard) -> bool:
+    """Whether ``g``, on an item of a tuple, holds while the tuple is the same object."""
+    if g.kind in ("id", "equals"):  # equals: constants only (immutable values)
+        return True
+    return g.kind == "type" and g.data in _IMMUTABLE_TYPES
+
+
+def _reads_tuple(source: Source, L: dict, values: dict[Source, tuple]) -> bool:
+    if source not in values:
+        try:
+            value = read_source(source, L)
+        except Exception:
+            return False
+        if type(value) is not tuple:
+            return False
+        values[source] = value
+    return True
+
+
+def _pinned_by_contiguity(shape: tuple, stride: tuple) -> bool:
+    """Whether a contiguous tensor of ``shape`` must have ``stride``: the strides are the
+    contiguous ones and no dimension has extent 0 or 1 (whose stride contiguity ignores)."""
+    expected, step = [], 1
+    for n in reversed(shape):
+        expected.append(step)
+        step *= n
+    return all(n >= 2 for n in shape) and tuple(reversed(expected)) == tuple(stride)
+
+
+def _tensor_check(g: Guard, v: str, const: Any) -> str:
+    typ, dtype, device, shape, stride, rg, dyn = g.data
+    # cheap first, for the entries a call does not match: a size differs more often than a dtype
+    checks = [f"type({v}) is not {const(typ)}"]
+    if dyn:
+        # Strides follow the dynamic sizes: pin the layout by contiguity instead.
+        checks.append(f"{v}.dim() != {len(shape)}")
+        checks += [f"{v}.size({i}) != {s}" for i, s in enumerate(shape) if i not in dyn]
+        checks.append(f"not {v}.is_contiguous()")
+    else:
+        checks.append(f"{v}.shape != {shape!r}")
+        # is_contiguous() answers without building a tuple of strides
+        checks.append(f"not {v}.is_contiguous()" if _pinned_by_contiguity(shape, stride)
+                      else f"{v}.stride() != {stride!r}")
+    checks += [f"{v}.dtype is not {const(dtype)}", f"{v}.requires_grad is not {rg}"]
+    # reading .device builds a torch.device; is_cpu is a flag
+    checks.append(f"not {v}.is_cpu" if device.type == "cpu" else f"{v}.device != {const(device)}")
+    return " or ".join(checks)
 
 
 class _Rebased:

@@ -13,6 +13,7 @@ import types
 from typing import Any
 
 import torch
+from torch.nn.modules import module as _module_module
 
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.sources import AttrSource, module_member
@@ -43,8 +44,7 @@ def _class_attribute(tx, owner_var: Var, obj_type: type, name: str, source) -> V
 
 
 def _hooks_of(module: torch.nn.Module) -> bool:
-    from torch.nn.modules import module as module_mod
-
+    module_mod = _module_module  # torch's module of nn.Module (its global hook tables); read per call
     return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
                 or getattr(module, "_backward_pre_hooks", None)
                 or module_mod._global_forward_hooks or module_mod._global_forward_pre_hooks

@@ -169,4 +169,6 @@ def fireclay(program: Program, example_inputs: list, options: dict[str, Any] | N
                            bw_compiler=functools.partial(codegen, role="backward"),
                            inference_compiler=functools.partial(codegen, role="inference"),
                            artifact_cache=artifacts,
-                           stage_timer=lambda name: stages.stage(name, record.label))
+                           stage_timer=lambda name: stages.stage(name, record.label),
+                           # The capture's guards (or TorchDynamo's) check every input, weights included.
+                           inputs_checked=True)
