@@ -336,3 +336,63 @@ def test_sweep_groups_reasons_that_differ_only_in_numbers_and_places(tmp_path):
     assert data["summary"]["raised_from_fireclay"] == 2 and data["summary"]["silently_wrong"] == 1
     assert data["summary"]["one_graph_no_eager_frame"] == 2 and data["summary"]["dynamo_one_graph"] == 2
     assert "| 2 | runtime plan: IndexError: tuple index out of range | a, b |" in (tmp_path / "sweep.md").read_text()
+
+
+def test_sweep_training_loss_reaches_below_a_layer_norm():
+    from benchmarks.sweep_run import _step
+
+    # The plain mean of a layer norm's output is its bias's mean whatever the input: a loss built
+    # from it leaves every gradient below the norm zero, and float32 noise compares as 1e8 errors.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16))
+    params = list(model.parameters())
+    out = dict(_step(model, {"input": torch.randn(4, 8)}, "training", params))
+    assert out["grad[0]"].abs().max() > 1e-3 * out["grad[3]"].abs().max()
+
+
+class _TwoBatchNorms(torch.nn.Module):
+    """conv -> batch norm -> conv -> batch norm: the first norm's and the second conv's bias
+    gradients are zero in exact arithmetic (the next norm subtracts every per-channel shift),
+    rounding noise in float32."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = torch.nn.Conv2d(3, 8, 1), torch.nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = torch.nn.Conv2d(8, 8, 1), torch.nn.BatchNorm2d(8)
+
+    def forward(self, pixels, order=None):
+        if order is not None:  # the same batch, summed in another order
+            return self.forward(pixels[order])[order.argsort()]
+        return self.bn2(self.conv2(self.bn1(self.conv1(pixels)))).tanh()
+
+
+def test_sweep_passes_gradient_rounding_noise_and_flags_planted_wrong_gradients(monkeypatch):
+    import benchmarks.sweep_run as sweep_run
+    from benchmarks.sweep_run import _float64_run, _step, compare, float64_second_opinion
+
+    torch.manual_seed(0)
+    model = _TwoBatchNorms().train()
+    pixels = torch.randn(16, 3, 6, 6)
+    params = list(model.parameters())
+    expected = _step(model, {"pixels": pixels}, "training", params)
+    reordered = _step(model, {"pixels": pixels, "order": torch.randperm(16)}, "training", params)
+    expected64 = _float64_run(model, {"pixels": pixels}, "training")
+    bias = [p for p, _ in expected].index("grad[3]")  # bn1.bias
+    assert expected64[bias][1].abs().max() < 1e-12
+    # Each judge alone passes the noise; relative error alone calls it wrong.
+    assert compare(reordered, expected, False, 1e-3)[0]
+    assert float64_second_opinion(reordered, expected, expected64, 1e-3)[0]
+    monkeypatch.setattr(sweep_run, "GRADIENT_FLOOR", 0.0)
+    passed, error, where = compare(reordered, expected, False, 1e-3)
+    assert not passed and where in ("grad[3]", "grad[5]") and error > 1e-2
+    monkeypatch.undo()
+
+    largest = max(t.abs().max().item() for p, t in expected if p.startswith("grad"))
+    for index, planted in [(bias, expected[bias][1] + 1e-4 * largest),  # a small wrong gradient where none is
+                           (bias + 1, expected[bias + 1][1] * 1.01)]:  # conv2.weight 1% off
+        wrong = list(reordered)
+        wrong[index] = (wrong[index][0], planted)
+        label = expected[index][0]
+        assert compare(wrong, expected, False, 1e-3)[2] == label
+        passed, ratio, where = float64_second_opinion(wrong, expected, expected64, 1e-3)
+        assert not passed and where == label, (index, ratio, where)
