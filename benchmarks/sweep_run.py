@@ -143,8 +143,10 @@ def float64_second_opinion(actual: list[tuple[str, Any]], expected: list[tuple[s
     """(passed, worst ratio, what differs) for a result that missed ``compare``'s tolerance with a
     finite error (so every leaf has eager's shape, dtype and non-finite places): each floating
     leaf's error against float64 eager over what it is allowed, max(tolerance x the leaf's float64
-    scale, NOISE_FACTOR x eager float32's own error against float64); a ratio <= 1 passes."""
+    scale (at least the gradient floor), NOISE_FACTOR x eager float32's own error against
+    float64); a ratio <= 1 passes."""
     worst, where = 0.0, ""
+    gradient_floor = GRADIENT_FLOOR * max((_scale(e) for p, e in expected64 if p.startswith("grad[")), default=0.0)
     for (path, a), (_, e), (_, e64) in zip(actual, expected, expected64):
         if not (isinstance(e, torch.Tensor) and e.is_floating_point()):
             continue  # compare() already found it equal
@@ -157,7 +159,8 @@ def float64_second_opinion(actual: list[tuple[str, Any]], expected: list[tuple[s
         if e64.numel() == 0:
             continue
         error = (a - e64).abs().max().item()
-        allowed = max(tolerance * e64.abs().max().item(), NOISE_FACTOR * (e - e64).abs().max().item())
+        scale = max(e64.abs().max().item(), gradient_floor if path.startswith("grad[") else 0.0)
+        allowed = max(tolerance * scale, NOISE_FACTOR * (e - e64).abs().max().item())
         ratio = error / allowed if allowed > 0 else (0.0 if error == 0 else math.inf)
         if ratio > worst or math.isnan(ratio):
             worst, where = ratio, path
