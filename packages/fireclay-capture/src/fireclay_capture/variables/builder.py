@@ -18,6 +18,7 @@ import torch
 
 from fireclay_capture.controls import CaptureWrapper
 from fireclay_capture.errors import Unsupported
+from fireclay_capture.scan import associative_scan, is_torch_associative_scan
 from fireclay_capture.sources import AttrSource, BuiltinItemSource, ItemSource, Source, clean_name
 from fireclay_capture.variables.base import ConstVar, is_constant_value
 from fireclay_capture.variables.containers import DictVar, ListVar, SetVar, TupleVar
@@ -98,6 +99,9 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
 
         _guard_id(g, source, value)
         return CondVar(value, source)
+    if is_torch_associative_scan(value):  # traced as plain tensor ops (scan.py says why)
+        _guard_id(g, source, value)
+        return wrap(tx, associative_scan, None)
     if isinstance(value, functools._lru_cache_wrapper) and isinstance(getattr(value, "__wrapped__", None),
                                                                       types.FunctionType):
         _guard_id(g, source, value)
