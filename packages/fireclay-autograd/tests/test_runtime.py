@@ -264,3 +264,25 @@ def test_int_results_derived_from_metadata_are_sizes_not_data(op, index, value, 
 
     packet, _, overload = op.partition(".")
     assert _size_result(getattr(getattr(torch.ops.aten, packet), overload), index, value) is expected
+
+
+def test_the_fallback_engine_reshapes_a_view_its_input_layout_cannot_take():
+    """The default backend runs a functional aten graph; an input laid out otherwise than at
+    tracing (a saved tensor as generated code returned it) still gives the graph's values where
+    a traced ``view`` would need the old layout."""
+    from fx_programs import program_from
+
+    from fireclay_autograd import aot_graphs
+    from fireclay_autograd.executor import run_graph, run_program
+
+    def fn(x):
+        return (x.sin() * 2).view(-1)
+
+    x = torch.randn(4, 6)
+    graphs = aot_graphs(program_from(fn, [x.clone()]), [x.clone()])
+    assert graphs.forward.main.find("aten::view.default")
+    transposed = torch.randn(6, 4).t()  # the same sizes, other strides: sin() keeps them
+    (got,) = run_program(graphs.forward, transposed)[:1]
+    torch.testing.assert_close(got, fn(transposed.contiguous()))
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        run_graph(graphs.forward.main, [transposed])
