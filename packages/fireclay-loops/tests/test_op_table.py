@@ -291,6 +291,8 @@ CASES = (
         case("var_mean.correction", T(4, 1), [1], correction=0, id="var_mean.size_one_dim"),
         case("amax.default", T(2, 3, 4), [0, 1, 2], id="amax.all_dims"),
         case("diagonal.default", T(4, 6), -1, id="diagonal.negative_offset"),
+        case("unfold.default", T(2, 3, 10), -1, 4, 2, id="unfold.last_dim"),
+        case("unfold.default", T(2, 9, 3), 1, 3, 3, id="unfold.middle_dim"),
         case("diagonal.default", T(2, 3, 3), 0, 1, 2, id="diagonal.batched"),
         case("baddbmm.default", T(2, 4, 3), T(2, 4, 5), T(2, 5, 3), beta=0.5, alpha=2.0, atol=1e-4),
         # writes through views, functionalized (the backward of slices and of a rotary embedding)

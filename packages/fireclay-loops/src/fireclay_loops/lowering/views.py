@@ -258,6 +258,26 @@ def lower_as_strided(ctx, x, size, stride, storage_offset=None):
     return BufferValue(base.buffer, size, stride, offset)
 
 
+@register_lowering("unfold.default")
+def lower_unfold(ctx, x, dimension, size, step):
+    """Windows of ``size`` every ``step`` along ``dimension``, as a new last dimension: a view,
+    read at ``window * step + offset`` (a library call would return a view of a buffer whose
+    memory the plan reuses)."""
+    if x.rank == 0:
+        from fireclay_loops.lowering.context import fallback
+
+        return fallback(ctx)
+    d = _norm(dimension, x.rank)
+    out = ctx.out_meta()[0]
+
+    def index_map(idx):
+        old = list(idx[:x.rank])
+        old[d] = idx[d] * step + idx[x.rank]
+        return old
+
+    return view(x, out, index_map)
+
+
 @register_lowering("diagonal.default")
 def lower_diagonal(ctx, x, offset=0, dim1=0, dim2=1):
     d1, d2 = _norm(dim1, x.rank), _norm(dim2, x.rank)
