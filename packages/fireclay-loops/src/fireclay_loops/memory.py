@@ -13,6 +13,7 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import sympy
@@ -48,6 +49,23 @@ def _fits(need: sympy.Expr, have: sympy.Expr) -> bool:
     return n is not None and h is not None and n <= h
 
 
+@functools.cache
+def returns_views(op: str) -> bool:
+    """Whether the aten op ``op`` (``aten::name.overload``, or ``aten::ns::name.overload`` for a
+    custom op) returns a view of an argument rather than new memory (its schema's alias
+    annotations); ops torch does not know are taken to return new memory."""
+    try:
+        import torch
+
+        path = op.split("::")
+        namespace, (name, _, overload) = (path[1], path[2].partition(".")) if len(path) == 3 else \
+            ("aten", path[-1].partition("."))
+        schema = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")._schema
+    except (AttributeError, RuntimeError, ImportError, IndexError):
+        return False
+    return not schema.is_mutable and any(r.alias_info is not None for r in schema.returns)
+
+
 def plan_memory(program: LoopProgram, steps: list[Kernel | ExternNode]) -> MemoryPlan:
     plan = MemoryPlan()
     outputs = program.output_buffers()
@@ -60,10 +78,19 @@ def plan_memory(program: LoopProgram, steps: list[Kernel | ExternNode]) -> Memor
             last[b] = max(last.get(b, k), k)
         for b in s.read_buffers():
             last[b] = max(last.get(b, -1), k)
+    ends = {b: never if b in outputs or (b in program.inputs and b not in program.donated) else last.get(b, first[b])
+            for b in first}
+    # A library call returning a view of its operand (a bit cast, a view op no lowering makes
+    # index arithmetic) leaves a result in the operand's memory: the operand lives as long as it.
+    for s in reversed(steps):
+        if isinstance(s, ExternNode) and returns_views(s.op):
+            longest = max((ends.get(r, -1) for r in s.write_buffers()), default=-1)
+            for b in s.read_buffers():
+                if b in ends:
+                    ends[b] = max(ends[b], longest)
     ending: dict[int, list[str]] = {}  # step -> buffers whose lifetime ends there, in lifetime order
     for b in first:
-        keep = b in outputs or (b in program.inputs and b not in program.donated)
-        plan.lifetimes[b] = (first[b], never if keep else last.get(b, first[b]))
+        plan.lifetimes[b] = (first[b], ends[b])
         ending.setdefault(plan.lifetimes[b][1], []).append(b)
 
     free_pool: list[tuple[str, str]] = []  # (allocation, last owner)
