@@ -269,6 +269,7 @@ class CompiledGuards:
                 lines.append(f"if {v} is not {const(value)}:")
                 for member in members:
                     m = guards[member]
+                    assert m.source is not None  # a block's members are items of its tuple
                     # an item is read inline: outside the block, a later guard binds it if needed
                     emit(member, _INDENT, v if m.source == source else step(m.source, v))
                 continue

@@ -37,9 +37,10 @@ def generate_kernels(scheduled: ScheduledProgram, cfg: Config = config) -> list[
 def buffer_extent(buf) -> tuple[int, int] | None:
     """The least and greatest index a buffer's elements are at (its memory spans them), for a
     buffer of static layout; None otherwise."""
-    low = high = exprs.to_static(buf.offset)
-    if low is None:
+    start = exprs.to_static(buf.offset)
+    if start is None:
         return None
+    low = high = start
     for n, st in zip(buf.size, buf.stride):
         n, st = exprs.to_static(n), exprs.to_static(st)
         if n is None or st is None:

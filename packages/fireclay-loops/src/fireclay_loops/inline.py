@@ -322,11 +322,11 @@ def _split_under_mask(index: Any, producer_vars: Sequence[tuple[sympy.Symbol, sy
         if low_high is None:
             return False
         low, high = low_high
-        if low < 0 and not any(k == ">=" and c.is_Integer and _shift(e, part) is not None
-                               and int(c) - _shift(e, part) >= 0 for k, e, c in bounds):
+        if low < 0 and not any(k == ">=" and c.is_Integer and (shift := _shift(e, part)) is not None
+                               and int(c) - shift >= 0 for k, e, c in bounds):
             return False
-        return high < n or any(k == "<" and c.is_Integer and _shift(e, part) is not None
-                               and int(c) - _shift(e, part) <= n for k, e, c in bounds)
+        return high < n or any(k == "<" and c.is_Integer and (shift := _shift(e, part)) is not None
+                               and int(c) - shift <= n for k, e, c in bounds)
 
     def share(k: int, rest: int, chosen: dict[Any, sympy.Expr]) -> dict[Any, sympy.Expr] | None:
         if k == len(order):
