@@ -21,18 +21,10 @@ DTYPES = [torch.float32, torch.float64]
 
 @pytest.fixture
 def copies(monkeypatch):
-    """Counts the library results the compiled wrapper had to copy into another layout."""
-    counted = []
-    conform = fireclay_cpp.runtime.conform
+    """The library results the compiled wrapper had to copy into another layout."""
+    from extern_layout_programs import counted_copies
 
-    def counting(t, size, stride):
-        out = conform(t, size, stride)
-        if out.untyped_storage().data_ptr() != t.untyped_storage().data_ptr():  # (a view is no copy)
-            counted.append((tuple(t.shape), t.stride(), tuple(stride)))
-        return out
-
-    monkeypatch.setattr(fireclay_cpp.runtime, "conform", counting)
-    return counted
+    return counted_copies(monkeypatch, fireclay_cpp.runtime)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["float32", "float64"])

@@ -22,17 +22,7 @@ CASES = [c for c in programs.CASES if c.name in NAMES]
 @pytest.fixture
 def copies(monkeypatch):
     """The library results the compiled wrapper had to copy into another layout."""
-    counted = []
-    conform = fireclay_cpp.runtime.conform
-
-    def counting(t, size, stride):
-        out = conform(t, size, stride)
-        if out.untyped_storage().data_ptr() != t.untyped_storage().data_ptr():  # (a view is no copy)
-            counted.append((tuple(t.shape), t.stride(), tuple(stride)))
-        return out
-
-    monkeypatch.setattr(fireclay_cpp.runtime, "conform", counting)
-    return counted
+    return programs.counted_copies(monkeypatch, fireclay_cpp.runtime)
 
 
 def test_the_cases_are_there():

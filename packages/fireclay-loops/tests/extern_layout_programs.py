@@ -213,3 +213,19 @@ def check_against_eager(case: Case, run: Callable[..., Sequence[torch.Tensor]], 
         torch.testing.assert_close(g, w, atol=case.atol, rtol=case.atol)
         if case.eager_strides:
             assert same_strides(w.shape, g.stride(), w.stride()), (case.name, g.stride(), w.stride())
+
+
+def counted_copies(monkeypatch, runtime) -> list:
+    """The library results a compiled wrapper had to copy into another layout: ``runtime``'s
+    ``conform`` (a backend's runtime module) is wrapped for the test to count them."""
+    counted: list = []
+    conform = runtime.conform
+
+    def counting(t, size, stride):
+        out = conform(t, size, stride)
+        if out.untyped_storage().data_ptr() != t.untyped_storage().data_ptr():  # (a view is no copy)
+            counted.append((tuple(t.shape), t.stride(), tuple(stride)))
+        return out
+
+    monkeypatch.setattr(runtime, "conform", counting)
+    return counted

@@ -19,17 +19,7 @@ programs = pytest.importorskip("extern_layout_programs", reason="needs fireclay-
 @pytest.fixture
 def copies(monkeypatch):
     """The library results the compiled wrapper had to copy into another layout."""
-    counted = []
-    conform = fireclay_triton.runtime.conform
-
-    def counting(t, size, stride):
-        out = conform(t, size, stride)
-        if out.untyped_storage().data_ptr() != t.untyped_storage().data_ptr():  # (a view is no copy)
-            counted.append((tuple(t.shape), t.stride(), tuple(stride)))
-        return out
-
-    monkeypatch.setattr(fireclay_triton.runtime, "conform", counting)
-    return counted
+    return programs.counted_copies(monkeypatch, fireclay_triton.runtime)
 
 
 NAMES = ["mm-x10-w01-computed", "attention-bshd-computed"]
