@@ -145,14 +145,7 @@ class CppOps(KernelOps):
         def make() -> CValue:
             name = f"{self.prefix}t{self.count}"
             self.count += 1
-            value = CValue(name=name, code="", deps=deps, ctype=ctype_, varying=varying)
-            # A bool computed outside the vectorised loop and read inside it (a window's or a
-            # pad's mask) keeps GCC from vectorising the loop ("no vectype" for the invariant
-            # bool); held in an int32_t (0 or 1: the initialiser converts) it vectorises as a
-            # lane mask. Its C++ users read it as a truth value either way.
-            decl = "int32_t" if ctype_ == "bool" and not value.in_loop() else ctype_
-            value.code = f"{decl} {name} = {expr};"
-            return value
+            return CValue(name=name, code=f"{ctype_} {name} = {expr};", deps=deps, ctype=ctype_, varying=varying)
 
         return self.gen.cached((loads, expr, ctype_, tuple(id(d) for d in deps)), make)
 
@@ -171,50 +164,12 @@ class CppOps(KernelOps):
         dtype = self.gen.buffer_dtype(buf)
         self.gen.accesses.append(index)
         t, read = ctype(dtype), _widen(dtype, f"{buf}[{text}]")
-        if mask is not None and not deps:
-            unmasked = self._load_under_invariant_mask(buf, index, mask, dtype)
-            if unmasked is not None:
-                return self._select(mask, f"({t})({unmasked.name})", f"{t}(0)", t, [unmasked, mask])
         if mask is not None:
             read, deps = f"{mask.name} ? ({t})({read}) : {t}(0)", deps + [mask]
         value = self._val(read, t, deps, self._varies(index), loads=buf)
         if dtype == "int64" and mask is None:
             value.read = (buf, index)
         return value
-
-    def _load_under_invariant_mask(self, buf, index, mask, dtype) -> CValue | None:
-        """A load the loop makes whatever the mask, from a safe place where the mask is false:
-        GCC does not vectorise a load under a mask that does not change along the loop (a
-        padded window's row is in or out as a whole), but does an unconditional one. The index
-        splits into its part along the loop and the rest; where the mask is false the rest is
-        replaced by an offset that keeps every index the loop reads inside the buffer. None
-        when the mask changes along the loop or the buffer's extent is not known."""
-        if mask.in_loop():
-            return None
-        expr = sympy.expand(sympy.sympify(index))
-        loop_vars = {s for s in expr.free_symbols if s.name in self.gen.rnames}
-        along = sympy.Add(*[t for t in sympy.Add.make_args(expr) if t.free_symbols & loop_vars])
-        rest = sympy.expand(expr - along)
-        extent = self.gen.buffer_extent(buf)
-        if not loop_vars or extent is None:
-            return None
-        low = high = 0
-        for term in sympy.Add.make_args(along):
-            coeff, var = term.as_coeff_Mul()
-            if not coeff.is_Integer or var not in loop_vars:
-                return None
-            r = self.gen.symbol_range(var)
-            if not (isinstance(r.lo, int) and isinstance(r.hi, int)):
-                return None
-            span = (int(coeff) * r.lo, int(coeff) * r.hi)
-            low, high = low + min(span), high + max(span)
-        if high - low > extent[1] - extent[0]:
-            return None
-        safe = extent[0] - low  # where the mask is false: indices from the buffer's first element on
-        offset = self._val(f"{mask.name} ? (int64_t)({self.gen.index(rest)}) : (int64_t)({safe})", "int64_t",
-                           [mask], False)
-        return self._val(_widen(dtype, f"{buf}[{offset.name} + {self.gen.index(along)}]"), ctype(dtype),
-                         [offset], True, loads=buf)
 
     def masked(self, value, mask):
         # (the stored value by its own name: a float32 store keeps the value itself, no copy)
@@ -339,15 +294,7 @@ class CppOps(KernelOps):
 
     def where(self, c, a, b):
         t = a.ctype  # the recorder gives where the dtype of its first value
-        return self._select(c, f"({t})({a.name})", f"({t})({b.name})", t, [c, a, b])
-
-    def _select(self, c, a: str, b: str, t: str, deps: list[CValue]) -> CValue:
-        """``c ? a : b``; a bit blend (``fc_blend``) where ``c`` does not change along the loop
-        and the value does: GCC keeps a loop scalar for a ``?:`` on a loop-invariant condition."""
-        value = self._val(f"{c.name} ? {a} : {b}", t, deps)
-        if t in ("float", "double") and not c.in_loop() and value.in_loop():
-            return self._val(f"fc_blend({c.name}, {a}, {b})", t, deps)
-        return value
+        return self._val(f"{c.name} ? ({t})({a.name}) : ({t})({b.name})", t, [c, a, b])
 
 
 def _widen(dtype: str, text: str) -> str:

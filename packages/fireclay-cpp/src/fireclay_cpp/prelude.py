@@ -143,19 +143,6 @@ static inline uint16_t fc_float_to_bf16(float f) {
 static inline float fc_round_bf16(float f) { return fc_bf16_to_float(fc_float_to_bf16(f)); }
 static inline float fc_round_f16(float f) { return (float)(_Float16)f; }
 
-// `m ? a : b` for a condition that does not change along the vectorised loop (a padded
-// window's row is in or out as a whole), as a select of bits: GCC will not vectorise a `?:` on a
-// loop-invariant condition, but does this. Exact: every bit comes from a or from b.
-static inline float fc_blend(int64_t m, float a, float b) {
-  uint32_t ua, ub; __builtin_memcpy(&ua, &a, 4); __builtin_memcpy(&ub, &b, 4);
-  const uint32_t mm = (uint32_t)0 - (uint32_t)(m != 0);
-  const uint32_t r = (ua & mm) | (ub & ~mm); float f; __builtin_memcpy(&f, &r, 4); return f;
-}
-static inline double fc_blend(int64_t m, double a, double b) {
-  uint64_t ua, ub; __builtin_memcpy(&ua, &a, 8); __builtin_memcpy(&ub, &b, 8);
-  const uint64_t mm = (uint64_t)0 - (uint64_t)(m != 0);
-  const uint64_t r = (ua & mm) | (ub & ~mm); double f; __builtin_memcpy(&f, &r, 8); return f;
-}
 // NaN propagates: `a >= b ? a : b` picks b when b is NaN, the test on a covers a; one select
 // and one test, no branches, so reduction loops over them vectorise.
 template <typename T> static inline T fc_maximum(T a, T b) {
