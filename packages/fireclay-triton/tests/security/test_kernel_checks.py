@@ -99,29 +99,48 @@ def test_kernels_with_checks_compile_in_debug_mode(monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_device_assert_on_gpu():
-    """On a GPU a bad index is a device-side assert, as in eager (the CUDA context is lost, so in a
-    child process), and an integer division by zero does not raise (eager's CUDA kernels give a
-    value)."""
-    script = textwrap.dedent("""
-        import sys, torch
-        sys.path[:0] = %r
-        from check_cases import INDEX_OPS, index_inputs, index_program, DIVISION_OPS, division_inputs, division_program
-        from fireclay_triton import compile_program
-        d = DIVISION_OPS[0]
-        b, p = division_program(d, "cuda")
-        got = compile_program(p)(*[t.cuda() for t in division_inputs(d, True)])
-        torch.cuda.synchronize()
-        op = INDEX_OPS[3]
+@pytest.mark.parametrize("value", ["size", "below_negative", "huge"])
+@pytest.mark.parametrize("op", INDEX_OPS, ids=lambda o: o.name)
+def test_bad_index_stops_the_gpu(op, value):
+    """On a GPU a bad index is a device-side assert, as in eager (the CUDA context is lost, so each
+    case runs in a child process): every op of the table, an index just past the end, one below
+    the most negative legal one, and one far out. An in-range call of the same compiled program runs
+    first."""
+    if value == "below_negative" and not op.negative_ok:
+        pytest.skip("(the same check as any negative index)")
+    run = _child(f"""
+        op = next(o for o in INDEX_OPS if o.name == {op.name!r})
         b, p = index_program(op, "cuda")
         compiled = compile_program(p)
         compiled(*[t.cuda() for t in index_inputs(op, "in_range")])
         torch.cuda.synchronize()
         print("in range ok", flush=True)
-        compiled(*[t.cuda() for t in index_inputs(op, "huge")])
+        compiled(*[t.cuda() for t in index_inputs(op, {value!r})])
         torch.cuda.synchronize()
         print("no assert", flush=True)
-    """) % (sys.path,)
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    """)
     assert "in range ok" in run.stdout, run.stderr[-2000:]
     assert "no assert" not in run.stdout and "device-side assert" in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_integer_division_by_zero_on_gpu_gives_a_value():
+    """eager's CUDA kernels give a value for an integer division by zero; so do ours."""
+    run = _child("""
+        d = DIVISION_OPS[0]
+        b, p = division_program(d, "cuda")
+        compile_program(p)(*[t.cuda() for t in division_inputs(d, True)])
+        torch.cuda.synchronize()
+        print("divided", flush=True)
+    """)
+    assert "divided" in run.stdout, run.stderr[-2000:]
+
+
+def _child(body: str) -> subprocess.CompletedProcess:
+    script = textwrap.dedent("""
+        import sys, torch
+        sys.path[:0] = %r
+        from check_cases import INDEX_OPS, index_inputs, index_program, DIVISION_OPS, division_inputs, division_program
+        from fireclay_triton import compile_program
+    """) % (sys.path,) + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
