@@ -1,6 +1,7 @@
 """cudagraphify: replayed results match plain calls on fresh inputs, inputs kept in place are
-not copied, new signatures record new graphs (bounded), outputs survive the next call, and
-everything a graph cannot serve runs plainly. The recording tests need a CUDA GPU."""
+not copied, new signatures record new graphs (bounded), outputs survive the next call (handed out
+as aliases of graph memory that no replay overwrites while they are in use), and everything a
+graph cannot serve runs plainly. The recording tests need a CUDA GPU."""
 
 import logging
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from fireclay_triton import CudaGraphed, cudagraphify
+from fireclay_triton.cudagraphs import hand_out, plan_outputs
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -52,6 +54,7 @@ def test_replays_match_plain_calls_on_fresh_inputs():
         got, want = graphed(x, w), affine_gelu(x, w)
         for g, e in zip(got, want):
             torch.testing.assert_close(g, e)
+        del got  # (held across the next call, a second pool would serve it)
     assert (graphed.recordings, graphed.plain_calls, graphed.replays) == (1, 1, 4)
     (rec,) = graphed.graphs.values()
     assert rec.copied == [0] and list(rec.in_place) == [1]  # the weight is read in place, not copied
@@ -63,7 +66,7 @@ def test_inputs_kept_in_place_are_read_where_they_are():
     graphed = cudagraphify(lambda x, w: (x @ w,), None)
     x = torch.randn(4, 8, device="cuda")
     for _ in range(3):
-        graphed(x, w)
+        graphed(x, w)  # (results dropped at once: one pool serves)
     with torch.no_grad():
         w.mul_(2.0)  # an optimizer step: same storage, new values
     torch.testing.assert_close(graphed(x, w)[0], x @ w)
@@ -83,7 +86,7 @@ def test_new_signature_records_a_new_graph_up_to_the_bound(caplog):
     with caplog.at_level(logging.INFO, logger="fireclay_triton"):
         for i, shape in enumerate(shapes):
             x = torch.randn(shape, device="cuda", generator=torch.Generator("cuda").manual_seed(i))
-            torch.testing.assert_close(graphed(x)[0], fn(x)[0])
+            torch.testing.assert_close(graphed(x)[0], fn(x)[0])  # (the result is dropped: one pool)
     assert graphed.recordings == 2 and len(graphed.graphs) == 2
     assert "max_graphs" in caplog.text
     x = torch.randn(8, 16, device="cuda").t()  # same shape as a recorded one, other strides: another signature
@@ -96,16 +99,76 @@ def test_outputs_survive_the_next_call_unless_asked_otherwise(copy_outputs):
     def fn(x):
         return (x * 3, (x + 1).t(), 7)
     graphed = cudagraphify(fn, None, copy_outputs=copy_outputs)
-    xs = [torch.randn(6, 5, device="cuda") for _ in range(4)]
+    xs = [torch.randn(6, 5, device="cuda") for _ in range(5)]
     outs = [graphed(x) for x in xs]
     assert outs[-1][2] == 7 and outs[-1][1].stride() == fn(xs[-1])[1].stride()
-    if copy_outputs:
+    if copy_outputs:  # warm-up, a graph per pool while results are held, then plain calls
+        assert (graphed.plain_calls, graphed.recordings, graphed.replays) == (3, 2, 2)
         for x, out in zip(xs, outs):
             torch.testing.assert_close(out[0], x * 3)
             torch.testing.assert_close(out[1], (x + 1).t())
     else:  # the graph's own memory: the last replay's values in every replayed result
-        assert outs[2][0].data_ptr() == outs[3][0].data_ptr()
-        torch.testing.assert_close(outs[2][0], xs[3] * 3)
+        assert outs[3][0].data_ptr() == outs[4][0].data_ptr()
+        torch.testing.assert_close(outs[3][0], xs[4] * 3)
+
+
+@cuda
+@pytest.mark.parametrize("keep", ["nothing", "previous", "a_view", "detached", "a_dtype_view", "two"])
+def test_a_replay_never_overwrites_an_output_in_use(keep):
+    """A loop that keeps what it is given (the previous result, a view or a detached copy of it,
+    the last two results) gets correct values in everything it kept, and replays stay graphed
+    where a free pool exists."""
+    def fn(x):
+        return (torch.relu(x) * 2, x.sum(1))
+    graphed = cudagraphify(fn, None)
+    kept: list = []
+    xs = [torch.randn(64, 32, device="cuda", generator=torch.Generator("cuda").manual_seed(i)) for i in range(8)]
+    for x in xs:
+        out = graphed(x)
+        if keep == "previous":
+            kept = [(x, out[0], lambda t: t)]
+        elif keep == "a_view":
+            kept = [(x, out[0][3:, 1:], lambda t: t[3:, 1:])]
+        elif keep == "detached":
+            kept = [(x, out[1].detach(), lambda t: t)]
+        elif keep == "a_dtype_view":
+            kept = [(x, out[0].view(torch.int32), lambda t: t.view(torch.int32))]
+        elif keep == "two":
+            kept = kept[-1:] + [(x, out[0], lambda t: t)]
+        del out
+        for kx, value, derive in kept:
+            want = fn(kx)[0 if keep != "detached" else 1]
+            assert torch.equal(value, derive(want))
+    assert graphed.plain_calls == 1 + (0 if keep != "two" else 8 - 3)
+    assert len(graphed.pools) == (1 if keep == "nothing" else 2)
+
+
+def test_outputs_are_handed_out_as_aliases_of_their_storage():
+    """What a replay hands out, on CPU tensors: every output (mixed dtypes, a transposed view, a
+    strided slice, two views of one storage, an empty tensor, a constant, an input returned) back
+    with its values and strides, in memory of its own storage object, except the copied ones."""
+    gen = torch.Generator().manual_seed(0)
+    base = torch.randn(4, 6, generator=gen)
+    given = torch.randn(3, generator=gen)
+    outs = (torch.randn(3, 5, generator=gen), base.t(), 7, torch.arange(5), base[:, ::2], torch.zeros(0, 3),
+            torch.rand(4, generator=gen) > 0.5, torch.randn(3, generator=gen).half(), given, base.view(torch.int32))
+    storages, plans = plan_outputs(outs, {given.untyped_storage().data_ptr()})
+    assert len(storages) == 5  # base's storage once
+    got, weak = hand_out(outs, storages, plans)
+    for want, g in zip(outs, got):
+        if not isinstance(want, torch.Tensor):
+            assert g == want
+            continue
+        assert g.dtype == want.dtype and g.stride() == want.stride() and torch.equal(g, want)
+        if want.numel() and want is not given:
+            assert g.data_ptr() == want.data_ptr() and g.untyped_storage() is not want.untyped_storage()
+    assert got[8].data_ptr() != given.data_ptr()  # an input returned is copied
+    assert not any(w.expired() for w in weak)
+    view = got[4][1:]
+    del got, g
+    assert sum(not w.expired() for w in weak) == 1  # the storage a view still uses
+    del view
+    assert all(w.expired() for w in weak)
 
 
 @cuda
@@ -121,26 +184,3 @@ def test_inputs_needing_gradients_run_plainly():
         for _ in range(3):
             torch.testing.assert_close(graphed(x)[0], x * 2)
     assert graphed.recordings == 1
-
-
-def test_outputs_pack_into_one_staging_buffer_and_come_back_equal():
-    """The packing a graph does on the GPU, on CPU tensors: every output (mixed dtypes, a
-    transposed view, a strided slice, an empty tensor, a constant) back with its values, dense
-    outputs with their strides."""
-    gen = torch.Generator().manual_seed(0)
-    outs = (torch.randn(3, 5, generator=gen), torch.randn(4, 6, generator=gen).t(), 7, torch.arange(5),
-            torch.randn(2, 3, generator=gen)[:, ::2], torch.zeros(0, 3), torch.rand(4, generator=gen) > 0.5,
-            torch.randn(3, generator=gen).half())
-    staging, specs = CudaGraphed(lambda: None)._stage(outs)
-    assert staging.dtype == torch.uint8 and all(s.offset % 256 == 0 for s in specs)
-    fresh = staging.clone()
-    typed = {s.dtype: fresh.view(s.dtype) for s in specs if s.index >= 0}
-    back = [s.constant if s.index < 0 else typed[s.dtype].as_strided(s.size, s.stride, s.offset // s.itemsize)
-            for s in specs]
-    for want, got in zip(outs, back):
-        if not isinstance(want, torch.Tensor):
-            assert got == want
-            continue
-        assert got.dtype == want.dtype and torch.equal(got, want)
-        dense = want.numel() == 0 or 1 + sum((n - 1) * st for n, st in zip(want.shape, want.stride())) == want.numel()
-        assert got.stride() == (want.stride() if dense else want.contiguous().stride())

@@ -20,20 +20,24 @@ another device, an argument that is neither a tensor nor a plain constant, tenso
 gradients under grad mode, or a failed capture make the call run plainly, with one log line per
 cause (logger ``fireclay_triton``).
 
-**Outputs.** By default every call returns *new* tensors: the graph writes its outputs into one
-packed staging buffer inside the graph, and each call copies that buffer once (one copy, not one
-per output) into a fresh allocation the outputs are views of, with their recorded strides when
-they are dense. This differs from torch.compile's reduce-overhead, whose outputs live in the
-graph's memory and are overwritten by the next replay: here a forward's outputs (activations
-saved for the backward among them) stay valid when the forward runs again before the backward,
-and results a caller keeps are never changed behind its back. The price is one device copy of
-the outputs per call. ``copy_outputs=False`` returns the graph's own output tensors instead
-(torch's behaviour: no copy; valid only until the next call of the same callable).
+**Outputs.** A replay writes its outputs where the recording put them, so by default
+(``copy_outputs=True``) each recorded graph hands out *aliases* of that memory and replays only when
+no alias it handed out last time is still in use (each alias has storage of its own, so a
+caller's views and detached copies of an output count as uses; a storage weak reference tells).
+Graphs record into up to two memory pools: while the outputs of a call are still held (``out =
+model(x)`` in a loop holds the previous ``out`` during the next call; a training step's forward
+outputs are held until its backward), the next call replays the same signature's graph of the
+other pool, recorded on first need. Results a caller keeps are never changed behind its back, and
+no output is copied; when both pools' outputs are in use, the call runs without a graph. Outputs
+that live in an input's memory (an input returned, or a view of one) are copied.
+``copy_outputs=False`` is torch.compile's behaviour: one pool, the graph's own output tensors
+returned, valid only until the next call of the same callable.
 
 **Memory caveats.** Each recorded graph keeps, for the life of the callable: the memory of every
-intermediate it allocated during capture (a private pool, shared between this callable's graphs
-because they never run concurrently), its outputs and staging buffer, and one static buffer per
-copied input. Up to ``max_graphs`` signatures are held at once, so a callable seeing many shapes
+intermediate it allocated during capture (a private pool, shared between the graphs recorded into
+it: a pool's graphs replay only when none of its outputs is in use), its outputs, and one static
+buffer per copied input. A second pool, made only when a caller holds outputs across calls, can
+double that. Up to ``max_graphs`` signatures are held at once, so a callable seeing many shapes
 can hold several times the memory of one plain call; drop the callable (or call ``reset()``) to
 release it. Inputs read in place are referenced only by address; they are checked by address at
 every replay, never kept alive.
@@ -47,25 +51,71 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils.dlpack import from_dlpack, to_dlpack
 
 log = logging.getLogger("fireclay_triton")
 
 _CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
-_ALIGN = 256  # bytes between outputs in the staging buffer (any dtype's alignment)
+POOLS = 2  # memory pools a callable records into when its outputs are held across calls
 
 
-@dataclass
-class _OutputSpec:
-    """Where one output lives in the staging buffer (or a constant, ``index`` < 0)."""
+@dataclass(frozen=True)
+class _OutputPlan:
+    """How one output is handed to the caller: a view of the alias of graph storage ``storage``
+    (``storage`` >= 0), a fresh copy (``copy``: its memory is an input's, or it is empty), or a
+    constant."""
 
-    offset: int
-    size: tuple
-    stride: tuple
-    dtype: torch.dtype
-    span: int  # elements from the output's first to one past its last
+    storage: int = -1
+    dtype: torch.dtype | None = None
+    size: tuple = ()
+    stride: tuple = ()
+    offset: int = 0  # in elements of ``dtype``
+    copy: bool = False
     constant: Any = None
-    index: int = 0
-    itemsize: int = 1
+
+
+def plan_outputs(outputs: Sequence[Any], input_storages: set[int]) -> tuple[list[torch.Tensor], list[_OutputPlan]]:
+    """The distinct storages the outputs live in (each as a flat byte tensor over the whole
+    storage) and a plan per output. Outputs in an input's storage (``input_storages``: their
+    addresses) and empty ones are copied instead."""
+    storages: list[torch.Tensor] = []
+    index: dict[int, int] = {}
+    plans = []
+    for o in outputs:
+        if not isinstance(o, torch.Tensor):
+            plans.append(_OutputPlan(constant=o))
+            continue
+        storage = o.untyped_storage()
+        address = storage.data_ptr()
+        if o.numel() == 0 or address in input_storages:
+            plans.append(_OutputPlan(copy=True))
+            continue
+        if address not in index:
+            index[address] = len(storages)
+            storages.append(torch.empty(0, dtype=torch.uint8, device=o.device).set_(storage))
+        plans.append(_OutputPlan(storage=index[address], dtype=o.dtype, size=tuple(o.shape),
+                                 stride=o.stride(), offset=o.storage_offset()))
+    return storages, plans
+
+
+def hand_out(outputs: Sequence[Any], storages: Sequence[torch.Tensor], plans: Sequence[_OutputPlan]
+             ) -> tuple[list[Any], list[StorageWeakRef]]:
+    """The caller's outputs: views of one fresh alias per graph storage (its own storage object,
+    the same memory), and weak references that tell whether any of them is still in use."""
+    aliases = [from_dlpack(to_dlpack(s)) for s in storages]
+    typed: dict[tuple[int, torch.dtype], torch.Tensor] = {}
+    result: list[Any] = []
+    for o, p in zip(outputs, plans):
+        if p.storage >= 0:
+            assert p.dtype is not None
+            base = typed.get((p.storage, p.dtype))
+            if base is None:
+                base = typed[(p.storage, p.dtype)] = aliases[p.storage].view(p.dtype)
+            result.append(base.as_strided(p.size, p.stride, p.offset))
+        else:
+            result.append(o.clone() if p.copy else p.constant)
+    return result, [StorageWeakRef(a.untyped_storage()) for a in aliases]
 
 
 @dataclass
@@ -75,11 +125,23 @@ class _Recorded:
     copied: list[int]  # inputs copied into their static buffer before each replay
     in_place: dict[int, int]  # input index -> address the graph reads it at
     outputs: list  # the graph's output objects (tensors in graph memory, or constants)
-    staging: torch.Tensor | None
-    specs: list[_OutputSpec] = field(default_factory=list)
-    dtypes: tuple = ()  # the dtypes of the tensor outputs
+    storages: list = field(default_factory=list)  # the output storages handed out as aliases
+    plans: list[_OutputPlan] = field(default_factory=list)
     single: bool = False  # fn returned one tensor, not a sequence
     kind: type = tuple  # the sequence type fn returned
+
+
+@dataclass
+class _Pool:
+    """A private memory pool and the graphs recorded into it. Graphs of one pool share memory, so
+    one replays only when no output any of them handed out is still in use."""
+
+    handle: Any
+    graphs: dict[tuple, _Recorded] = field(default_factory=dict)
+    handed: list[StorageWeakRef] = field(default_factory=list)  # the last replay's aliases
+
+    def in_use(self) -> bool:
+        return not all(w.expired() for w in self.handed)
 
 
 def _signature(inputs: Sequence[Any]) -> tuple | str:
@@ -106,33 +168,33 @@ def _signature(inputs: Sequence[Any]) -> tuple | str:
     return tuple(key)
 
 
-def _dense_span(t: torch.Tensor) -> int:
-    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0) if t.numel() else 0
-
-
 class CudaGraphed:
     """``fn`` recorded into CUDA graphs per input signature; see the module docstring."""
 
     def __init__(self, fn: Callable[..., Any], example_inputs: Sequence[Any] | None = None, *,
                  max_graphs: int = 8, copy_outputs: bool = True):
         self.fn = fn
-        self.max_graphs = max_graphs
+        self.max_graphs = max_graphs  # per pool
         self.copy_outputs = copy_outputs
-        self.graphs: dict[tuple, _Recorded] = {}
+        self.pools: list[_Pool] = []
         self._warm: dict[tuple, list[int | None]] = {}  # signature -> input addresses at the warm-up
         self._demoted: dict[tuple, set[int]] = {}  # signature -> inputs that moved: always copied
         self._noted: set[str] = set()
-        self._pool = None
+        self._capture_failed = False
         self.plain_calls = 0  # calls that ran fn without a graph (warm-ups included)
         self.recordings = 0
         self.replays = 0
 
+    @property
+    def graphs(self) -> dict[tuple, _Recorded]:
+        """The graphs of the first pool, by signature."""
+        return self.pools[0].graphs if self.pools else {}
+
     def reset(self) -> None:
         """Drop every recorded graph and its memory."""
-        self.graphs.clear()
+        self.pools.clear()
         self._warm.clear()
         self._demoted.clear()
-        self._pool = None
 
     def _note(self, reason: str) -> None:
         if reason not in self._noted:
@@ -149,20 +211,33 @@ class CudaGraphed:
         if isinstance(key, str):
             self._note(key)
             return self._plain(inputs)
-        found = self.graphs.get(key)
-        if found is not None:
-            moved = [i for i, ptr in found.in_place.items() if inputs[i].data_ptr() != ptr]
-            if not moved:
-                return self._replay(found, inputs)
-            self._demoted.setdefault(key, set()).update(moved)
-            del self.graphs[key]
-            return self._record(key, inputs)
         if key not in self._warm:
             return self._warm_up(key, inputs)
-        if len(self.graphs) >= self.max_graphs:
+        free = [p for p in self.pools if not p.in_use()]
+        for pool in free:
+            found = pool.graphs.get(key)
+            if found is None:
+                continue
+            moved = [i for i, ptr in found.in_place.items() if inputs[i].data_ptr() != ptr]
+            if not moved:
+                return self._replay(pool, found, inputs)
+            self._demoted.setdefault(key, set()).update(moved)
+            for p in self.pools:  # recorded again where it is next needed
+                p.graphs.pop(key, None)
+            return self._record(pool, key, inputs)
+        if self._capture_failed:
+            return self._plain(inputs)
+        if not free and len(self.pools) < (POOLS if self.copy_outputs else 1):
+            self.pools.append(_Pool(torch.cuda.graph_pool_handle()))
+            free = self.pools[-1:]
+        if not free:
+            self._note("the outputs of earlier calls are still in use in every memory pool")
+            return self._plain(inputs)
+        pool = free[0]
+        if len(pool.graphs) >= self.max_graphs:
             self._note(f"{self.max_graphs} input signatures are recorded already (max_graphs)")
             return self._plain(inputs)
-        return self._record(key, inputs)
+        return self._record(pool, key, inputs)
 
     def _warm_up(self, key: tuple, inputs: tuple) -> Any:
         stream = torch.cuda.Stream()
@@ -173,7 +248,7 @@ class CudaGraphed:
         self._warm[key] = [x.data_ptr() if isinstance(x, torch.Tensor) else None for x in inputs]
         return out
 
-    def _record(self, key: tuple, inputs: tuple) -> Any:
+    def _record(self, pool: _Pool, key: tuple, inputs: tuple) -> Any:
         warm = self._warm[key]
         demoted = self._demoted.get(key, set())
         static: list = []
@@ -190,52 +265,28 @@ class CudaGraphed:
                 buf.copy_(x)
                 copied.append(i)
                 static.append(buf)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         try:
             torch.cuda.synchronize()
-            with torch.cuda.graph(graph, pool=self._pool):
+            with torch.cuda.graph(graph, pool=pool.handle):
                 outputs = self.fn(*static)
-                packed = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-                staging, specs = self._stage(packed) if self.copy_outputs else (None, [])
         except Exception as exc:  # an op that cannot be captured (a host sync, a CPU tensor...)
             self._note(f"recording failed ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})")
             self._warm.pop(key, None)
-            self.max_graphs = len(self.graphs)  # do not try again for new signatures either
+            self._capture_failed = True  # do not try again for new signatures either
             return self._plain(inputs)
+        packed = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+        storages, plans = plan_outputs(packed, {s.untyped_storage().data_ptr() for s in static
+                                                if isinstance(s, torch.Tensor)})
         # keep in-place inputs by address only: holding them would keep a caller's memory alive
         recorded = _Recorded(graph, [None if i in in_place else s for i, s in enumerate(static)], copied,
-                             in_place, list(packed), staging, specs,
-                             dtypes=tuple({s.dtype for s in specs if s.index >= 0}), single=not isinstance(outputs, (tuple, list)),
+                             in_place, packed, storages, plans, single=not isinstance(outputs, (tuple, list)),
                              kind=list if isinstance(outputs, list) else tuple)
-        self.graphs[key] = recorded
+        pool.graphs[key] = recorded
         self.recordings += 1
-        return self._replay(recorded, inputs, fresh_copies=False)
+        return self._replay(pool, recorded, inputs, fresh_copies=False)
 
-    def _stage(self, outputs: Sequence[Any]) -> tuple[torch.Tensor | None, list[_OutputSpec]]:
-        """Inside the capture: copy every tensor output into one staging buffer."""
-        specs, offset = [], 0
-        for j, o in enumerate(outputs):
-            if not isinstance(o, torch.Tensor):
-                specs.append(_OutputSpec(0, (), (), torch.uint8, 0, constant=o, index=-1))
-                continue
-            span = _dense_span(o)
-            dense = span == o.numel()
-            stride = o.stride() if dense else torch.empty(o.shape, device="meta").stride()
-            specs.append(_OutputSpec(offset, tuple(o.shape), tuple(stride), o.dtype, o.numel(), index=j,
-                                     itemsize=o.element_size()))
-            offset += -(-o.numel() * o.element_size() // _ALIGN) * _ALIGN
-        if not any(s.index >= 0 for s in specs):
-            return None, specs
-        device = next(o.device for o in outputs if isinstance(o, torch.Tensor))
-        staging = torch.empty(max(offset, _ALIGN), dtype=torch.uint8, device=device)
-        for s in specs:
-            if s.index >= 0:
-                _view(staging, s).copy_(outputs[s.index])
-        return staging, specs
-
-    def _replay(self, rec: _Recorded, inputs: tuple, fresh_copies: bool = True) -> Any:
+    def _replay(self, pool: _Pool, rec: _Recorded, inputs: tuple, fresh_copies: bool = True) -> Any:
         if fresh_copies:
             for i in rec.copied:
                 x, buf = inputs[i], rec.static[i]
@@ -243,24 +294,13 @@ class CudaGraphed:
                     buf.copy_(x)
         rec.graph.replay()
         self.replays += 1
-        if not self.copy_outputs:
-            result = rec.outputs
-        elif rec.staging is None:
-            result = [s.constant for s in rec.specs]
+        if self.copy_outputs:
+            result, pool.handed = hand_out(rec.outputs, rec.storages, rec.plans)
         else:
-            fresh = torch.empty_like(rec.staging)
-            fresh.copy_(rec.staging)
-            typed = {dtype: fresh.view(dtype) for dtype in rec.dtypes}  # one view per dtype, not per output
-            result = [s.constant if s.index < 0 else
-                      typed[s.dtype].as_strided(s.size, s.stride, s.offset // s.itemsize) for s in rec.specs]
+            result = rec.outputs
         if rec.single:
             return result[0]
         return list(result) if rec.kind is list else tuple(result)
-
-
-def _view(buffer: torch.Tensor, s: _OutputSpec) -> torch.Tensor:
-    nbytes = s.span * torch.empty((), dtype=s.dtype).element_size()
-    return buffer[s.offset: s.offset + nbytes].view(s.dtype).as_strided(s.size, s.stride)
 
 
 def cudagraphify(fn: Callable[..., Any], example_inputs: Sequence[Any] | None = None, *, max_graphs: int = 8,
