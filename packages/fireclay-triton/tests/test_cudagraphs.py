@@ -34,7 +34,8 @@ def test_calls_a_graph_cannot_serve_run_plainly(args, caplog):
             for g, w in zip(got, want):
                 torch.testing.assert_close(g, w)
     assert graphed.plain_calls == 3 and graphed.recordings == 0
-    assert sum("CUDA graphs off" in r.getMessage() for r in caplog.records) == 1  # logged once per cause
+    mine = [r for r in caplog.records if r.name == "fireclay_triton"]  # (not the umbrella's forwarded copy)
+    assert sum("CUDA graphs off" in r.getMessage() for r in mine) == 1  # logged once per cause
     assert "not a CUDA device" in caplog.text or "no CUDA tensor" in caplog.text
 
 
@@ -54,7 +55,7 @@ def test_replays_match_plain_calls_on_fresh_inputs():
         got, want = graphed(x, w), affine_gelu(x, w)
         for g, e in zip(got, want):
             torch.testing.assert_close(g, e)
-        del got  # (held across the next call, a second pool would serve it)
+        del got, g  # (held across the next call, a second pool would serve it)
     assert (graphed.recordings, graphed.plain_calls, graphed.replays) == (1, 1, 4)
     (rec,) = graphed.graphs.values()
     assert rec.copied == [0] and list(rec.in_place) == [1]  # the weight is read in place, not copied
@@ -70,11 +71,16 @@ def test_inputs_kept_in_place_are_read_where_they_are():
     with torch.no_grad():
         w.mul_(2.0)  # an optimizer step: same storage, new values
     torch.testing.assert_close(graphed(x, w)[0], x @ w)
-    w2 = torch.randn(8, 8, device="cuda")  # moved: recorded again with w copied
+    w2 = torch.randn(8, 8, device="cuda")  # elsewhere: another graph reads it there
     torch.testing.assert_close(graphed(x, w2)[0], x @ w2)
     torch.testing.assert_close(graphed(x, w)[0], x @ w)
     (rec,) = graphed.graphs.values()
-    assert rec.copied == [1] and list(rec.in_place) == [0] and graphed.recordings == 2
+    assert rec.copied == [] and list(rec.in_place) == [0, 1] and graphed.recordings == 2
+    ws = [torch.randn(8, 8, device="cuda") for _ in range(5)]  # always elsewhere: copied from then on
+    for w in ws + ws:
+        torch.testing.assert_close(graphed(x, w)[0], x @ w)
+    (rec,) = graphed.graphs.values()
+    assert rec.copied == [1] and list(rec.in_place) == [0] and graphed.recordings == 5
 
 
 @cuda
@@ -139,7 +145,8 @@ def test_a_replay_never_overwrites_an_output_in_use(keep):
         for kx, value, derive in kept:
             want = fn(kx)[0 if keep != "detached" else 1]
             assert torch.equal(value, derive(want))
-    assert graphed.plain_calls == 1 + (0 if keep != "two" else 8 - 3)
+    # (keeping the last two results: every third call finds both pools in use and runs plainly)
+    assert graphed.plain_calls == (1 if keep != "two" else 3)
     assert len(graphed.pools) == (1 if keep == "nothing" else 2)
 
 

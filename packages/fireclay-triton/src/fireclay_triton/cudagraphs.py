@@ -58,6 +58,7 @@ log = logging.getLogger("fireclay_triton")
 
 _CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
 POOLS = 2  # memory pools a callable records into when its outputs are held across calls
+VARIANTS = 4  # graphs per signature and pool that read in-place inputs at other addresses
 
 
 @dataclass(frozen=True)
@@ -137,11 +138,16 @@ class _Pool:
     one replays only when no output any of them handed out is still in use."""
 
     handle: Any
-    graphs: dict[tuple, _Recorded] = field(default_factory=dict)
+    # signature -> its graphs, one per set of addresses its in-place inputs were at (a backward
+    # reading the saved tensors of a forward replayed from either pool)
+    graphs: dict[tuple, list[_Recorded]] = field(default_factory=dict)
     handed: list[StorageWeakRef] = field(default_factory=list)  # the last replay's aliases
 
     def in_use(self) -> bool:
         return not all(w.expired() for w in self.handed)
+
+    def count(self) -> int:
+        return sum(len(v) for v in self.graphs.values())
 
 
 def _signature(inputs: Sequence[Any]) -> tuple | str:
@@ -187,8 +193,8 @@ class CudaGraphed:
 
     @property
     def graphs(self) -> dict[tuple, _Recorded]:
-        """The graphs of the first pool, by signature."""
-        return self.pools[0].graphs if self.pools else {}
+        """The latest graph of each signature in the first pool."""
+        return {k: v[-1] for k, v in self.pools[0].graphs.items()} if self.pools else {}
 
     def reset(self) -> None:
         """Drop every recorded graph and its memory."""
@@ -215,14 +221,21 @@ class CudaGraphed:
             return self._warm_up(key, inputs)
         free = [p for p in self.pools if not p.in_use()]
         for pool in free:
-            found = pool.graphs.get(key)
-            if found is None:
+            variants = pool.graphs.get(key)
+            if not variants:
                 continue
-            moved = [i for i, ptr in found.in_place.items() if inputs[i].data_ptr() != ptr]
-            if not moved:
-                return self._replay(pool, found, inputs)
-            self._demoted.setdefault(key, set()).update(moved)
-            for p in self.pools:  # recorded again where it is next needed
+            for rec in variants:
+                if all(inputs[i].data_ptr() == ptr for i, ptr in rec.in_place.items()):
+                    return self._replay(pool, rec, inputs)
+            if self._capture_failed or pool.count() >= self.max_graphs:
+                break
+            if len(variants) < VARIANTS:  # in-place inputs at new addresses: another graph reads them there
+                return self._record(pool, key, inputs, in_place_ok=set(variants[-1].in_place))
+            # inputs that keep moving are copied from now on
+            last = variants[-1]
+            self._demoted.setdefault(key, set()).update(i for i, ptr in last.in_place.items()
+                                                        if inputs[i].data_ptr() != ptr)
+            for p in self.pools:
                 p.graphs.pop(key, None)
             return self._record(pool, key, inputs)
         if self._capture_failed:
@@ -234,8 +247,8 @@ class CudaGraphed:
             self._note("the outputs of earlier calls are still in use in every memory pool")
             return self._plain(inputs)
         pool = free[0]
-        if len(pool.graphs) >= self.max_graphs:
-            self._note(f"{self.max_graphs} input signatures are recorded already (max_graphs)")
+        if pool.count() >= self.max_graphs:
+            self._note(f"{self.max_graphs} graphs are recorded already (max_graphs)")
             return self._plain(inputs)
         return self._record(pool, key, inputs)
 
@@ -248,7 +261,10 @@ class CudaGraphed:
         self._warm[key] = [x.data_ptr() if isinstance(x, torch.Tensor) else None for x in inputs]
         return out
 
-    def _record(self, pool: _Pool, key: tuple, inputs: tuple) -> Any:
+    def _record(self, pool: _Pool, key: tuple, inputs: tuple, in_place_ok: set[int] | None = None) -> Any:
+        """Record ``fn`` into ``pool``. Inputs read in place: those where they were at the warm-up,
+        or ``in_place_ok`` (those another graph of the signature reads in place), less the
+        demoted ones."""
         warm = self._warm[key]
         demoted = self._demoted.get(key, set())
         static: list = []
@@ -257,7 +273,7 @@ class CudaGraphed:
         for i, x in enumerate(inputs):
             if not isinstance(x, torch.Tensor):
                 static.append(x)
-            elif x.data_ptr() == warm[i] and i not in demoted:
+            elif (x.data_ptr() == warm[i] if in_place_ok is None else i in in_place_ok) and i not in demoted:
                 in_place[i] = x.data_ptr()
                 static.append(x)
             else:
@@ -282,7 +298,7 @@ class CudaGraphed:
         recorded = _Recorded(graph, [None if i in in_place else s for i, s in enumerate(static)], copied,
                              in_place, packed, storages, plans, single=not isinstance(outputs, (tuple, list)),
                              kind=list if isinstance(outputs, list) else tuple)
-        pool.graphs[key] = recorded
+        pool.graphs.setdefault(key, []).append(recorded)
         self.recordings += 1
         return self._replay(pool, recorded, inputs, fresh_copies=False)
 
