@@ -59,6 +59,10 @@ log = logging.getLogger("fireclay_triton")
 _CONSTANT_TYPES = (int, float, bool, str, type(None), torch.dtype, torch.device)
 POOLS = 2  # memory pools a callable records into when its outputs are held across calls
 VARIANTS = 4  # graphs per signature and pool that read in-place inputs at other addresses
+# Addresses of storages recorded graphs hand out: an input living there (a forward's saved tensors
+# read by a backward) stays put from call to call, so a graph reads it in place. (A stale entry
+# costs nothing: every replay checks in-place inputs' addresses.)
+_GRAPH_STORAGES: set[int] = set()
 
 
 @dataclass(frozen=True)
@@ -262,9 +266,9 @@ class CudaGraphed:
         return out
 
     def _record(self, pool: _Pool, key: tuple, inputs: tuple, in_place_ok: set[int] | None = None) -> Any:
-        """Record ``fn`` into ``pool``. Inputs read in place: those where they were at the warm-up,
-        or ``in_place_ok`` (those another graph of the signature reads in place), less the
-        demoted ones."""
+        """Record ``fn`` into ``pool``. Inputs read in place: those where they were at the warm-up
+        or in memory a recorded graph hands out, or ``in_place_ok`` (those another graph of the
+        signature reads in place), less the demoted ones."""
         warm = self._warm[key]
         demoted = self._demoted.get(key, set())
         static: list = []
@@ -273,7 +277,8 @@ class CudaGraphed:
         for i, x in enumerate(inputs):
             if not isinstance(x, torch.Tensor):
                 static.append(x)
-            elif (x.data_ptr() == warm[i] if in_place_ok is None else i in in_place_ok) and i not in demoted:
+            elif i not in demoted and (i in in_place_ok if in_place_ok is not None else
+                                       x.data_ptr() == warm[i] or x.untyped_storage().data_ptr() in _GRAPH_STORAGES):
                 in_place[i] = x.data_ptr()
                 static.append(x)
             else:
@@ -294,6 +299,7 @@ class CudaGraphed:
         packed = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
         storages, plans = plan_outputs(packed, {s.untyped_storage().data_ptr() for s in static
                                                 if isinstance(s, torch.Tensor)})
+        _GRAPH_STORAGES.update(s.data_ptr() for s in storages)
         # keep in-place inputs by address only: holding them would keep a caller's memory alive
         recorded = _Recorded(graph, [None if i in in_place else s for i, s in enumerate(static)], copied,
                              in_place, packed, storages, plans, single=not isinstance(outputs, (tuple, list)),
