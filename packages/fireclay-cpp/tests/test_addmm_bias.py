@@ -50,3 +50,44 @@ def test_unfused_bias_matches_eager(consumer, dtype, monkeypatch):
         inputs = [torch.randn(h.meta.shape, dtype=h.meta.dtype) for h in b.inputs]
         for got, want in zip(compiled(*inputs), b.eager(*inputs)):
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def _heads_to_attention(b, y):  # q, k, v of one projection, split into heads, into attention
+    q, k, v = (b.call("permute.default", b.call("view.default", t, [2, 3, 2, 4]), [0, 2, 1, 3])
+               for t in b.call("split.Tensor", y, 8, 1))
+    return b.call("_scaled_dot_product_flash_attention_for_cpu.default", q, k, v)[0]
+
+
+def _transposed_into_mm(b, y):
+    return b.call("mm.default", b.call("t.default", y), y)
+
+
+def _sliced_output(b, y):
+    return b.call("slice.Tensor", y, 1, 0, 12)
+
+
+# readers through views: a library call, or the graph's output
+LIBRARY_READERS = {"heads_to_attention": _heads_to_attention, "transposed_into_mm": _transposed_into_mm,
+                   "sliced_output": _sliced_output}
+
+
+@pytest.mark.parametrize("consumer", sorted(LIBRARY_READERS))
+def test_bias_stays_in_the_library_call_when_a_library_reads_it(consumer, monkeypatch):
+    """Through views, a library call (or the output) reads the result: a bias added by our kernel
+    would be a pass of its own, so the addmm stays whole."""
+    monkeypatch.setattr(loops_config, "unfuse_addmm_bias", ("cpu",))
+    torch.manual_seed(0)
+    b = AtenBuilder()
+    bias = b.input(torch.randn(24), "bias")
+    x = b.input(torch.randn(6, 16), "x")
+    w = b.input(torch.randn(16, 24), "w")
+    out = LIBRARY_READERS[consumer](b, b.call("addmm.default", bias, x, w))
+    program = b.output(out)
+    compiled = fireclay_cpp.compile_program(program)
+    externs = [s.op for s in compiled.scheduled.steps if isinstance(s, ExternNode)]
+    assert externs[0] == "aten::addmm.default" and "aten::mm.default" not in externs[:1]
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        inputs = [torch.randn(h.meta.shape, dtype=h.meta.dtype) for h in b.inputs]
+        for got, want in zip(compiled(*inputs), b.eager(*inputs)):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

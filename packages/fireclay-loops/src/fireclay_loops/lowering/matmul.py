@@ -19,10 +19,14 @@ from fireclay_loops.lowering.pointwise import lower_add
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import TensorValue
 
-# reading these neither computes nor copies: their readers are the ones that count
+# reading these neither computes nor copies (lowering/views.py): their readers are the ones that
+# count. A bias added by our kernel for a view read by a library call (q, k and v permuted into
+# attention) would be a pass of its own, where the library's epilogue costs nothing.
 _VIEW_TARGETS = frozenset({
-    "view.default", "_unsafe_view.default", "reshape.default", "squeeze.dim", "squeeze.default",
-    "unsqueeze.default", "expand.default", "alias.default",
+    "view.default", "_unsafe_view.default", "reshape.default", "alias.default", "detach.default",
+    "permute.default", "transpose.int", "t.default", "expand.default", "slice.Tensor", "narrow.default",
+    "split.Tensor", "split_with_sizes.default", "unbind.int", "select.int", "unsqueeze.default",
+    "squeeze.dim", "squeeze.dims", "squeeze.default", "as_strided.default", "diagonal.default",
 })
 
 
