@@ -83,7 +83,7 @@ class _OutputPlan:
 def plan_outputs(outputs: Sequence[Any], input_storages: set[int]) -> tuple[list[torch.Tensor], list[_OutputPlan]]:
     """The distinct storages the outputs live in (each as a flat byte tensor over the whole
     storage) and a plan per output. Outputs in an input's storage (``input_storages``: their
-    addresses) and empty ones are copied instead."""
+    addresses), empty ones, and ones a byte view cannot express are copied instead."""
     storages: list[torch.Tensor] = []
     index: dict[int, int] = {}
     plans = []
@@ -93,7 +93,8 @@ def plan_outputs(outputs: Sequence[Any], input_storages: set[int]) -> tuple[list
             continue
         storage = o.untyped_storage()
         address = storage.data_ptr()
-        if o.numel() == 0 or address in input_storages:
+        if (o.numel() == 0 or address in input_storages or storage.nbytes() % o.element_size()
+                or o.is_conj() or o.is_neg()):  # (a view of the bytes would lose a lazy conjugate or negation)
             plans.append(_OutputPlan(copy=True))
             continue
         if address not in index:
