@@ -35,7 +35,7 @@ import sympy
 
 from fireclay_cpp import column_loops
 from fireclay_cpp.errors import CodegenError
-from fireclay_cpp.op_templates import Accumulator, BoundsCheck, CppOps, CValue, storage_type
+from fireclay_cpp.op_templates import Accumulator, BoundsCheck, CppOps, CValue, ctype
 from fireclay_loops import Kernel, backend
 from fireclay_loops.backend import KernelEmitter, Scope, indent
 from fireclay_shapes import cpp_code
@@ -292,7 +292,7 @@ class CppKernelGen(KernelEmitter):
         params = []
         for b in buffers:
             const = "" if self.buffers[b] else "const "
-            params.append(f"{const}{storage_type(self.buffer_dtype(b))}* __restrict__ {b}")
+            params.append(f"{const}{ctype(self.buffer_dtype(b), storage=True)}* __restrict__ {b}")
         params += [f"const int64_t {s}" for s in symbols]
         params += ["int64_t* fc_err"] if self.checks else []
         out = [f'extern "C" void {k.name}({", ".join(params)}) {{'] + indent(body) + ["}"]

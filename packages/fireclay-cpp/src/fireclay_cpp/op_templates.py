@@ -23,17 +23,11 @@ if TYPE_CHECKING:
     from fireclay_cpp.kernel_codegen import CppKernelGen
 
 
-def ctype(dtype: str) -> str:
-    """The C++ type values of ``dtype`` are computed in."""
+def ctype(dtype: str, storage: bool = False) -> str:
+    """The C++ type values of ``dtype`` are computed in (``storage``: stored in)."""
     if dtype not in CTYPES:
         raise CodegenError(f"the C++ backend has no support for dtype {dtype}")
-    return CTYPES[dtype][1]
-
-
-def storage_type(dtype: str) -> str:
-    if dtype not in CTYPES:
-        raise CodegenError(f"the C++ backend has no support for dtype {dtype}")
-    return CTYPES[dtype][0]
+    return CTYPES[dtype][0 if storage else 1]
 
 
 @dataclass(eq=False, kw_only=True)
@@ -163,7 +157,7 @@ class CppOps(KernelOps):
         text, deps = self._index(index)
         dtype = self.gen.buffer_dtype(buf)
         self.gen.accesses.append(index)
-        t, read = ctype(dtype), _widen(dtype, f"{buf}[{text}]")
+        t, read = ctype(dtype), _WIDEN.get(dtype, "{}").format(f"{buf}[{text}]")
         if mask is not None:
             read, deps = f"{mask.name} ? ({t})({read}) : {t}(0)", deps + [mask]
         value = self._val(read, t, deps, self._varies(index), loads=buf)
@@ -297,24 +291,16 @@ class CppOps(KernelOps):
         return self._val(f"{c.name} ? ({t})({a.name}) : ({t})({b.name})", t, [c, a, b])
 
 
-def _widen(dtype: str, text: str) -> str:
-    if dtype == "bfloat16":
-        return f"fc_bf16_to_float({text})"
-    if dtype == "float16":
-        return f"(float)({text})"
-    return text
+# the conversions of a half-precision value: read from memory (to float), stored (from float),
+# and rounded as a trip through memory would round it (fused code then matches eager)
+_WIDEN = {"bfloat16": "fc_bf16_to_float({})", "float16": "(float)({})"}
+_NARROW = {"bfloat16": "fc_float_to_bf16((float)({}))"}
+_ROUND_HALF = {"bfloat16": "fc_round_bf16({})", "float16": "fc_round_f16({})"}
 
 
 def _narrow(dtype: str, text: str) -> str:
-    if dtype == "bfloat16":
-        return f"fc_float_to_bf16((float)({text}))"
-    return f"({storage_type(dtype)})({text})"
+    return _NARROW.get(dtype, f"({ctype(dtype, storage=True)})({{}})").format(text)
 
 
 def _round_half(dtype: str, text: str) -> str:
-    if dtype == "bfloat16":
-        return f"fc_round_bf16({text})"
-    if dtype == "float16":
-        return f"fc_round_f16({text})"
-    return text
-
+    return _ROUND_HALF.get(dtype, "{}").format(text)

@@ -187,11 +187,11 @@ class TritonKernelGen(KernelEmitter):
         outer.lines = pre = []
         loop = _Loop(outer, self) if looped else outer
         for v in self.roots:
-            if v.r:
+            if v.in_loop():
                 loop.place(v)
         outer.lines, outer.loop = [], loop if looped else None
         for v in self.roots + self.finals:  # results of reductions whose stores are internal, too
-            if not v.r:
+            if not v.in_loop():
                 outer.place(v)
         post, outer.loop = outer.lines, None
         main.extend(pre)

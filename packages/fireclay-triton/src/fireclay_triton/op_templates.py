@@ -46,12 +46,8 @@ class TritonValue(Value):
 
     dtype: str
     dims: frozenset = frozenset()  # subset of {"x", "r"}: the block axes the value varies along
-    r: bool = False  # computed inside the reduction loop
     post: int = -1  # the latest stage whose reduction result it reads (it goes after that loop)
     parts: list[TritonValue] = field(default_factory=list)  # welford: mean, m2, count
-
-    def in_loop(self) -> bool:
-        return self.r
 
 
 class TritonOps(KernelOps):
@@ -68,7 +64,7 @@ class TritonOps(KernelOps):
             name = self.gen.fresh("tmp")
             return TritonValue(name=name, code=f"{name} = {expr}", deps=deps, dtype=dtype,
                                dims=frozenset().union(*(d.dims for d in deps)) if dims is None else frozenset(dims),
-                               r=any(d.r for d in deps), post=max((d.post for d in deps), default=-1), op=op)
+                               post=max((d.post for d in deps), default=-1), op=op)
 
         return self.gen.cached((expr, dtype), make)
 
@@ -77,7 +73,7 @@ class TritonOps(KernelOps):
 
     def _pointer(self, buf: str, index) -> tuple[str, list[TritonValue], bool, frozenset]:
         text, deps, dims = self.gen.index(index)
-        r = "r" in dims or any(d.r for d in deps)
+        r = "r" in dims or any(d.in_loop() for d in deps)
         need = frozenset({"x", "r"}) if r else frozenset({"x"})
         if dims != need:  # a pointer must have the full block shape of its scope
             text = f"{'zxr' if r else 'zx'} + ({text})"
@@ -93,7 +89,7 @@ class TritonOps(KernelOps):
         more = [] if mask is None else [mask]
         v = self._val(f"tl.load({ptr}, {live}, other=0)", gen.buffer_dtype(buf), deps + more,
                       dims.union(*(m.dims for m in more)))
-        v.r = v.r or r
+        v.varying = v.varying or r or None
         return v
 
     def masked(self, value, mask):
@@ -111,7 +107,7 @@ class TritonOps(KernelOps):
         gen.stored[(buf, ptr)] = self.store_internal(buf, value)
         mask = "xrmask" if r else "xmask"
         v = TritonValue(name="", code=f"tl.store({ptr}, {value.name}.to({tl_dtype(dtype)}), {mask})",
-                        deps=deps + [value], dtype=dtype, dims=dims, r=r or value.r, post=value.post)
+                        deps=deps + [value], dtype=dtype, dims=dims, varying=r or None, post=value.post)
         gen.roots.append(v)
         return None
 
@@ -126,7 +122,7 @@ class TritonOps(KernelOps):
             text = f"zx + ({text})"
             dims = frozenset({"x"})
         v = self._val(f"({text}).to({tl_dtype(dtype)})", dtype, deps, dims | frozenset().union(*(d.dims for d in deps)))
-        v.r = v.r or "r" in dims
+        v.varying = v.varying or "r" in dims or None
         return v
 
     def to_dtype(self, x, dtype):
@@ -140,12 +136,12 @@ class TritonOps(KernelOps):
         if "x" not in dims:
             text = f"{'zxr' if 'r' in dims else 'zx'} + ({text})"
         v = self._val(f"fc_random({int(seed)}, {text}, {kind == 'randn'})", "float32", deps, dims | {"x"})
-        v.r = v.r or "r" in dims
+        v.varying = v.varying or "r" in dims or None
         return v
 
     def indirect_indexing(self, value, size, name):
         v = TritonValue(name=name, code=f"{name} = {value.name}.to(tl.int64)", deps=[value], dtype="int64",
-                        dims=value.dims, r=value.r, post=value.post)
+                        dims=value.dims, post=value.post)
         self.gen.indirect[name] = v
         return None
 
@@ -163,14 +159,14 @@ class TritonOps(KernelOps):
     def _check(self, op, site, ok, value, mask, size=None):
         gen = self.gen
         check = gen.checks[gen.add_check(op, site)]
-        r = value.r or (mask is not None and mask.r)
+        r = value.in_loop() or (mask is not None and mask.in_loop())
         live = ("xrmask" if r or "r" in value.dims else "xmask") + (f" & {mask.name}" if mask is not None else "")
         name = gen.fresh("chk")
         message = str(check.error(size=size))
         gen.check_messages.append(message)
         line = f"tl.device_assert(({ok}) | ~({live}), {message!r})\n{name} = {value.name}"
         return TritonValue(name=name, code=line, deps=[value] + ([mask] if mask is not None else []), dtype=value.dtype,
-                           dims=value.dims, r=r, post=value.post)
+                           dims=value.dims, post=value.post)
 
     def getitem(self, value, i):
         if not value.parts:

@@ -25,8 +25,8 @@ class TritonKernelOps(TritonOps):
                 zero = self.constant(0.0, dtype)
                 one = self.constant(1.0, dtype)
                 out = self.to_dtype(value, dtype)
-                return TritonValue(name=out.name, code="", deps=[out], dtype=dtype, dims=out.dims, r=out.r,
-                                   post=out.post, parts=[out, zero, one])
+                return TritonValue(name=out.name, code="", deps=[out], dtype=dtype, dims=out.dims, post=out.post,
+                                   parts=[out, zero, one])
             if reduction_type in ("argmax", "argmin"):
                 return self._const("0", "int64")
             return self.to_dtype(value, dtype)
@@ -44,7 +44,8 @@ class TritonKernelOps(TritonOps):
 
     def _result(self, name: str, code: str, update: TritonValue, dtype: str) -> TritonValue:
         """A reduction's result after its loop, ``[XBLOCK, 1]``."""
-        return TritonValue(name=name, code=code, deps=[update], dtype=dtype, dims=_X, post=self.gen.stage)
+        return TritonValue(name=name, code=code, deps=[update], dtype=dtype, dims=_X, varying=False,
+                           post=self.gen.stage)
 
     def _parts(self, done: TritonValue, dtype: str) -> None:
         done.parts = [TritonValue(name=f"{done.name}_{p}", code="", deps=[done], dtype=dtype, dims=_X,
@@ -66,7 +67,7 @@ class TritonKernelOps(TritonOps):
         combine = f"fc_{kind}_combine"
         update = TritonValue(name="", code=f"{acc}_v, {acc}_i = {combine}({acc}_v, {acc}_i, {value.name}.to("
                              f"{tl_dtype(vt)}) + tl.zeros({_FULL}, {tl_dtype(vt)}), tl.where(xrmask, (zxr + ({ridx}))"
-                             ".to(tl.int64), -1))", deps=[init, value] + ideps, dtype=vt, dims=_XR, r=True)
+                             ".to(tl.int64), -1))", deps=[init, value] + ideps, dtype=vt, dims=_XR, varying=True)
         res = gen.fresh("red")
         if gen.interpret:
             # the interpreter runs a custom combine element by element: use builtin reductions
@@ -89,7 +90,7 @@ class TritonKernelOps(TritonOps):
             # the whole row is in registers: the mean, then the squares about it (two sums, no
             # division per element, and more accurate than merging per-lane Welford states)
             update = TritonValue(name="", code=f"{acc}_x = tl.where(xrmask, {value.name}.to({t}), 0.0)",
-                                 deps=[value], dtype=dtype, dims=_XR, r=True)
+                                 deps=[value], dtype=dtype, dims=_XR, varying=True)
             res = gen.fresh("red")
             done = self._result(res, "\n".join([
                 f"{res}_w = tl.sum(rmask.to({t}), 1)[:, None]",
@@ -107,7 +108,8 @@ class TritonKernelOps(TritonOps):
             f"{acc}_mn = {acc}_mean + {acc}_d / {acc}_wn",
             f"{acc}_mean = tl.where(xrmask, {acc}_mn, {acc}_mean)",
             f"{acc}_m2 = tl.where(xrmask, {acc}_m2 + {acc}_d * ({v} - {acc}_mn), {acc}_m2)",
-            f"{acc}_w = tl.where(xrmask, {acc}_wn, {acc}_w)"]), deps=[init, value], dtype=dtype, dims=_XR, r=True)
+            f"{acc}_w = tl.where(xrmask, {acc}_wn, {acc}_w)"]), deps=[init, value], dtype=dtype, dims=_XR,
+            varying=True)
         res = gen.fresh("red")
         # merge the lanes' partial results: M2 = sum(m2_i) + sum(w_i * (mean_i - mean)**2)
         done = self._result(res, "\n".join([
@@ -136,7 +138,7 @@ class TritonKernelOps(TritonOps):
                 "all": f"tl.minimum({acc}, {v})"}[kind]
         init = TritonValue(name=acc, code=f"{acc} = tl.full({_FULL}, {init_text}, {t})", dtype=dtype, dims=_XR)
         update = TritonValue(name="", code=f"{acc} = tl.where(xrmask, {step}, {acc})", deps=[init, value],
-                             dtype=dtype, dims=_XR, r=True)
+                             dtype=dtype, dims=_XR, varying=True)
         final = {"sum": f"tl.sum({acc}, 1)", "prod": f"tl.reduce({acc}, 1, fc_prod_combine)",
                  "max": f"tl.reduce({acc}, 1, fc_maximum)", "min": f"tl.reduce({acc}, 1, fc_minimum)",
                  **({"max": f"tl.max({acc}, 1)", "min": f"tl.min({acc}, 1)"} if gen.interpret else {}),

@@ -117,7 +117,7 @@ def place_split_stage(gen: Any, main: list[str], main_seen: set) -> None:
     loop_seen: set = set()
 
     def in_kernel(v: Any) -> None:
-        seen = loop_seen if v.r else main_seen
+        seen = loop_seen if v.in_loop() else main_seen
         if v in seen:
             return
         if v.post >= 0:
@@ -125,13 +125,13 @@ def place_split_stage(gen: Any, main: list[str], main_seen: set) -> None:
         for d in v.deps:
             in_kernel(d)
         if v.code:
-            (loop if v.r else pre).extend(v.code.split("\n"))
+            (loop if v.in_loop() else pre).extend(v.code.split("\n"))
         seen.add(v)
 
     def in_finisher(v: Any) -> None:
         if v in gen.finisher_seen:
             return
-        if v.r:
+        if v.in_loop():
             raise NotSplittable("a value of the reduction loop is needed after the loop")
         for d in v.deps:
             in_finisher(d)
@@ -139,13 +139,13 @@ def place_split_stage(gen: Any, main: list[str], main_seen: set) -> None:
             gen.finisher.extend(v.code.split("\n"))
         gen.finisher_seen.add(v)
 
-    looping = [v for v in gen.roots if v.r]
+    looping = [v for v in gen.roots if v.in_loop()]
     if looping and gen.stage > 0:
         raise NotSplittable("code over the reduction loop after a reduction")
     for v in looping:
         in_kernel(v)
     for v in gen.roots + gen.finals:
-        if not v.r:
+        if not v.in_loop():
             in_finisher(v)
     main.extend(pre)
     if loop:
