@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 import sympy
 
 from fireclay_cpp.op_templates import Accumulator, CValue
+from fireclay_cpp.prelude import CTYPES
 from fireclay_loops.backend import Scope, access, indent
+from fireclay_loops.dtypes import ITEMSIZE
 
 if TYPE_CHECKING:
     from fireclay_cpp.kernel_codegen import CppKernelGen, KernelSource
@@ -53,10 +55,9 @@ def column_function(gen: CppKernelGen, xs, rs, stages) -> KernelSource:
     arrays: list[str] = []
     restore: dict[Accumulator, str] = {}
     for a in gen.accumulators:
-        if a.plain_sum is not None:
-            t, value = a.plain_sum
-            a.add_stmt.code = f"{a.name}_col[fc_i] += ({t})({value.name});"
-            arrays += [f"{t} {a.name}_col[{width}];",
+        if a.plain_sum:
+            a.add_stmt.code = f"{a.name}_col[fc_i] += ({a.ctype})({a.value.name});"
+            arrays += [f"{a.ctype} {a.name}_col[{width}];",
                        f"for (int64_t fc_i = 0; fc_i < {width}; fc_i++) {a.name}_col[fc_i] = 0;"]
             restore[a] = f"{a.decl_type} {a.name}; {a.name}.v = {a.name}_col[fc_i];"
         else:
@@ -151,18 +152,12 @@ def narrowed_block(gen: CppKernelGen, xs: list[str], width: int, work: sympy.Exp
 def _accumulator_bytes(acc: Accumulator) -> int:
     """Bytes one point of ``acc`` takes in a column block's array (its accumulator struct:
     Welford keeps three values, argmax/argmin a value and an index)."""
-    if acc.plain_sum is not None:
-        return _CTYPE_BYTES.get(acc.plain_sum[0], 8)
-    of = _CTYPE_BYTES.get(acc.decl_type[acc.decl_type.find("<") + 1:-1], 8)
-    if acc.decl_type.startswith("fc_welford_acc"):
-        return 3 * of
-    if acc.decl_type.startswith(("fc_argmax_acc", "fc_argmin_acc")):
-        return 16
-    return of
+    size = _CTYPE_BYTES[acc.ctype]
+    return {"welford": 3 * size, "argmax": 16, "argmin": 16}.get(acc.kind, size)
 
 
-_CTYPE_BYTES = {"float": 4, "double": 8, "bool": 1, "uint8_t": 1, "int8_t": 1, "int16_t": 2, "int32_t": 4,
-                "int64_t": 8}
+# (the compute types are the storage types of the dtypes that are computed in their own type)
+_CTYPE_BYTES = {compute: ITEMSIZE[dtype] for dtype, (storage, compute) in CTYPES.items() if storage == compute}
 
 
 def _place_in_column_loop(v: CValue, loop: Scope, before: Scope, kept: list[CValue]) -> None:

@@ -113,9 +113,8 @@ class CppKernelGen(KernelEmitter):
             return column_loops.column_function(self, xs, rs, [stages[stage] for stage in sorted(stages)])
         if not split:
             for a in self.accumulators:
-                if a.welford is not None or a.plain_sum is not None:
-                    t, value = a.welford or a.plain_sum
-                    a.add_stmt.code = f"{a.name}_sum += ({t})({value.name});"
+                if a.kind == "welford" or a.plain_sum:
+                    a.add_stmt.code = f"{a.name}_sum += ({a.ctype})({a.value.name});"
         outer = Scope()
         for stage in sorted(stages):
             self._emit_stage(stages[stage], rs, split, outer)
@@ -176,12 +175,12 @@ class CppKernelGen(KernelEmitter):
             else:
                 # Accumulators merge like OpenMP reductions, so the loop vectorises: each lane
                 # keeps its own partial (order-independent merges; argmax compares indices).
-                welford = [a for a in accs if a.welford is not None]
-                sums = [a for a in accs if a.plain_sum is not None]
-                merged = [a.name for a in accs if a.welford is None and a.plain_sum is None]
+                welford = [a for a in accs if a.kind == "welford"]
+                sums = [a for a in accs if a.plain_sum]
+                merged = [a.name for a in accs if a not in welford + sums]
                 clauses = [f"fc_merge: {', '.join(merged)}"] if merged else []
                 clauses += [f"+: {a.name}_sum" for a in welford + sums]
-                lines.extend(f"{(a.welford or a.plain_sum)[0]} {a.name}_sum = 0;" for a in welford + sums)
+                lines.extend(f"{a.ctype} {a.name}_sum = 0;" for a in welford + sums)
                 reduce = f" reduction({') reduction('.join(clauses)})" if clauses else ""
                 variables = [(f"r{d}", rs[d]) for d in range(len(head))]
                 guard = self._scan_indices(loop, outer, head, tail, variables) if head else ""
@@ -261,7 +260,7 @@ class CppKernelGen(KernelEmitter):
         count = " * ".join(f"({r})" for r in rs) or "1"
         loop = Scope(parent=outer)
         for a in accs:
-            t, value = a.welford
+            t, value = a.ctype, a.value
             lines.append(f"const {t} {a.name}_n = ({t})({count});")
             lines.append(f"const {t} {a.name}_mean = {a.name}_n > 0 ? {a.name}_sum / {a.name}_n : {t}(0);")
             lines.append(f"{t} {a.name}_m2 = 0;")

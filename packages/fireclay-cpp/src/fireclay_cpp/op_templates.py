@@ -45,10 +45,12 @@ class Accumulator:
     """A reduction's accumulator (a ``fc_<kind>_acc<T>`` of the prelude) and its update."""
 
     name: str
-    decl_type: str
+    kind: str  # the reduction's kind
+    ctype: str  # the type it adds values in
+    value: CValue  # the value added
+    decl_type: str  # the prelude's struct
+    plain_sum: bool  # a float sum: a plain variable with OpenMP's `+` (as is Welford's first pass)
     add_stmt: CValue | None = None
-    welford: tuple[str, CValue] | None = None  # (compute type, value added): computed in two passes
-    plain_sum: tuple[str, CValue] | None = None  # a float sum: a plain variable with OpenMP's `+`
 
 
 @dataclass(eq=False, kw_only=True)
@@ -246,17 +248,14 @@ class CppOps(KernelOps):
 
     def accumulate(self, kind, *, dtype, src_dtype, value):
         """Every kind is an accumulator struct of the prelude, updated once per point."""
-        reduction_type = kind
-        t = ctype(src_dtype if reduction_type in ("argmax", "argmin", "any", "all") else dtype)
-        acc = Accumulator(name=self.gen.fresh("acc"), decl_type=f"fc_{reduction_type}_acc<{t}>")
+        t = ctype(src_dtype if kind in ("argmax", "argmin", "any", "all") else dtype)
+        acc = Accumulator(name=self.gen.fresh("acc"), kind=kind, ctype=t, value=value, decl_type=f"fc_{kind}_acc<{t}>",
+                          plain_sum=kind == "sum" and t in ("float", "double"))
         acc.add_stmt = CValue(name=f"{acc.name}_add", code=f"{acc.name}.add(({t})({value.name}), {self.ridx});",
                               deps=[value], varying=True)
         self.gen.accumulators.append(acc)
         self.gen.roots.append(acc.add_stmt)
-        if reduction_type == "sum" and t in ("float", "double"):
-            acc.plain_sum = (t, value)
-        if reduction_type == "welford":
-            acc.welford = (t, value)
+        if kind == "welford":
             return CValue(name=acc.name, code="", ctype=t, acc=acc)
         out_t = ctype(dtype)
         val = self._val(f"({out_t})({acc.name}.result())", out_t, [])
