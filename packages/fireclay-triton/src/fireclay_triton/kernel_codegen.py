@@ -198,11 +198,14 @@ class TritonKernelGen(KernelEmitter):
         if looped and loop.lines:
             start = len(main)
             main.append("for roffset in range(0, rnumel, RBLOCK):")
-            rdefs = ["rindex = roffset + rbase", "rmask = rindex < rnumel", "xrmask = xmask & rmask"]
-            rdefs += self._var_defs("r", "rindex")
-            main.extend("    " + ln for ln in rdefs + loop.lines)
+            main.extend("    " + ln for ln in self._r_defs("roffset + rbase") + loop.lines)
             self.loop_marks[self.stage] = [start, len(main)]
         main.extend(post)
+
+    def _r_defs(self, rindex: str) -> list[str]:
+        """The reduction points of a tile starting at ``rindex``: their mask and variables."""
+        rdefs = [f"rindex = {rindex}", "rmask = rindex < rnumel", "xrmask = xmask & rmask"]
+        return rdefs + self._var_defs("r", "rindex")
 
     def _var_defs(self, which: str, flat: str) -> list[str]:
         """Each ``x`` (or ``r``) variable from the flat index ``flat`` of the block's points."""
@@ -216,30 +219,21 @@ class TritonKernelGen(KernelEmitter):
         k = self.kernel
         i64 = ".to(tl.int64)" if self.index64 else ""
         itype = "tl.int64" if self.index64 else "tl.int32"
-        head: list[str] = []
+        # a reduction kernel's block is [XBLOCK, RBLOCK] (outer points down), a pointwise one [XBLOCK]
+        column = "[:, None]" if self.reducing else ""
+        head = [f"xoffset = tl.program_id(0){i64} * XBLOCK",
+                f"xindex = xoffset + tl.arange(0, XBLOCK){column}{i64}", "xmask = xindex < xnumel"]
         if self.reducing:
-            head += [f"xoffset = tl.program_id(0){i64} * XBLOCK",
-                     f"xindex = xoffset + tl.arange(0, XBLOCK)[:, None]{i64}",
-                     "xmask = xindex < xnumel",
-                     f"rbase = tl.arange(0, RBLOCK)[None, :]{i64}",
-                     f"zx = tl.zeros([XBLOCK, 1], {itype})",
+            head += [f"rbase = tl.arange(0, RBLOCK)[None, :]{i64}", f"zx = tl.zeros([XBLOCK, 1], {itype})",
                      f"zxr = tl.zeros([XBLOCK, RBLOCK], {itype})"]
-            head += self._var_defs("x", "xindex")
-            if self.kind == "persistent":
-                head += ["rindex = rbase", "rmask = rindex < rnumel", "xrmask = xmask & rmask"]
-                head += self._var_defs("r", "rindex")
-            elif self.kind == "split":
-                head += [f"rstart = tl.program_id(1){i64} * rchunk"]
-            elif self.kind == "tiled":  # columns of the tile from grid axis 1
-                head += [f"rindex = tl.program_id(1){i64} * RBLOCK + rbase", "rmask = rindex < rnumel",
-                         "xrmask = xmask & rmask"]
-                head += self._var_defs("r", "rindex")
         else:
-            head += [f"xoffset = tl.program_id(0){i64} * XBLOCK",
-                     f"xindex = xoffset + tl.arange(0, XBLOCK){i64}",
-                     "xmask = xindex < xnumel",
-                     f"zx = tl.zeros([XBLOCK], {itype})"]
-            head += self._var_defs("x", "xindex")
+            head += [f"zx = tl.zeros([XBLOCK], {itype})"]
+        head += self._var_defs("x", "xindex")
+        if self.kind == "split":
+            head += [f"rstart = tl.program_id(1){i64} * rchunk"]
+        elif self.kind in ("persistent", "tiled"):  # a tiled kernel's columns come from grid axis 1
+            tile = "rbase" if self.kind == "persistent" else f"tl.program_id(1){i64} * RBLOCK + rbase"
+            head += self._r_defs(tile)
         buffers = list(self.arguments)
         symbols = sorted(self.symbols)
         params = [self.arguments[b] for b in buffers] + symbols + \

@@ -8,10 +8,12 @@ formula. A sum of ``exp(a - max(a))`` in a looped kernel runs in the loop that c
 
 from __future__ import annotations
 
+from functools import partialmethod
+
 from fireclay_loops.backend.dtypes import extreme, is_float, reduction_init
 from fireclay_loops.backend.patterns import canonical, exp_of_difference, strip_casts
 from fireclay_triton.op_templates import TritonOps, TritonValue, literal, tl_dtype
-from fireclay_triton.split_reduction import SPLITTABLE, split_result
+from fireclay_triton.split_reduction import SPLITTABLE, chan_merge, split_result
 from fireclay_triton.tiling import NotSplittable
 
 
@@ -47,17 +49,7 @@ class TritonKernelOps(TritonOps):
         return TritonValue(name=name, code=code, deps=[update], dtype=dtype, dims=_X, varying=False,
                            post=self.gen.stage)
 
-    def _parts(self, done: TritonValue, dtype: str) -> None:
-        done.parts = [TritonValue(name=f"{done.name}_{p}", code="", deps=[done], dtype=dtype, dims=_X,
-                                  post=self.gen.stage) for p in ("mean", "m2", "w")]
-
-    def reduce_argmax(self, *, dtype, src_dtype, value):
-        return self._arg_reduction("argmax", dtype, src_dtype, value)
-
-    def reduce_argmin(self, *, dtype, src_dtype, value):
-        return self._arg_reduction("argmin", dtype, src_dtype, value)
-
-    def _arg_reduction(self, kind: str, dtype: str, src_dtype: str, value: TritonValue) -> TritonValue:
+    def _arg_reduction(self, kind: str, *, dtype: str, src_dtype: str, value: TritonValue) -> TritonValue:
         gen = self.gen
         acc = gen.fresh("acc")
         vt = "int8" if src_dtype == "bool" else src_dtype
@@ -82,42 +74,36 @@ class TritonKernelOps(TritonOps):
             line = f"{res}_v, {res}_i = tl.reduce(({acc}_v, {acc}_i), 1, {combine})"
         return self._finish(kind, dtype, update, self._result(f"{res}_i[:, None]", line, update, "int64"))
 
+    reduce_argmax = partialmethod(_arg_reduction, "argmax")
+    reduce_argmin = partialmethod(_arg_reduction, "argmin")
+
     def reduce_welford(self, *, dtype, src_dtype, value):
-        gen = self.gen
-        acc = gen.fresh("acc")
+        acc, res = self.gen.fresh("acc"), self.gen.fresh("red")
         t = tl_dtype(dtype)
-        if gen.kind == "persistent":
+        if self.gen.kind == "persistent":
             # the whole row is in registers: the mean, then the squares about it (two sums, no
             # division per element, and more accurate than merging per-lane Welford states)
             update = TritonValue(name="", code=f"{acc}_x = tl.where(xrmask, {value.name}.to({t}), 0.0)",
                                  deps=[value], dtype=dtype, dims=_XR, varying=True)
-            res = gen.fresh("red")
-            done = self._result(res, "\n".join([
-                f"{res}_w = tl.sum(rmask.to({t}), 1)[:, None]",
-                f"{res}_mean = tl.sum({acc}_x, 1)[:, None] / tl.where({res}_w == 0, 1.0, {res}_w)",
-                f"{res}_dm = tl.where(xrmask, {acc}_x - {res}_mean, 0.0)",
-                f"{res}_m2 = tl.sum({res}_dm * {res}_dm, 1)[:, None]"]), update, dtype)
-            self._parts(done, dtype)
-            return self._finish("welford", dtype, update, done)
-        init = TritonValue(name=acc, code="\n".join(f"{acc}_{p} = tl.zeros({_FULL}, {t})" for p in ("mean", "m2", "w")),
-                           dtype=dtype, dims=_XR)
-        v = f"{value.name}.to({t})"
-        update = TritonValue(name="", code="\n".join([
-            f"{acc}_d = {v} - {acc}_mean",
-            f"{acc}_wn = {acc}_w + 1.0",
-            f"{acc}_mn = {acc}_mean + {acc}_d / {acc}_wn",
-            f"{acc}_mean = tl.where(xrmask, {acc}_mn, {acc}_mean)",
-            f"{acc}_m2 = tl.where(xrmask, {acc}_m2 + {acc}_d * ({v} - {acc}_mn), {acc}_m2)",
-            f"{acc}_w = tl.where(xrmask, {acc}_wn, {acc}_w)"]), deps=[init, value], dtype=dtype, dims=_XR,
-            varying=True)
-        res = gen.fresh("red")
-        # merge the lanes' partial results: M2 = sum(m2_i) + sum(w_i * (mean_i - mean)**2)
-        done = self._result(res, "\n".join([
-            f"{res}_w = tl.sum({acc}_w, 1)[:, None]",
-            f"{res}_mean = tl.sum({acc}_w * {acc}_mean, 1)[:, None] / tl.where({res}_w == 0, 1.0, {res}_w)",
-            f"{res}_dm = {acc}_mean - {res}_mean",
-            f"{res}_m2 = tl.sum({acc}_m2 + {acc}_w * {res}_dm * {res}_dm, 1)[:, None]"]), update, dtype)
-        self._parts(done, dtype)
+            merge = chan_merge(res, f"rmask.to({t})", f"{acc}_x",
+                               f"tl.where(xrmask, {acc}_x - {res}_mean, 0.0)", f"{res}_dm * {res}_dm")
+        else:  # per lane, Welford's online update; then the lanes' states merged
+            zeros = [f"{acc}_{p} = tl.zeros({_FULL}, {t})" for p in ("mean", "m2", "w")]
+            init = TritonValue(name=acc, code="\n".join(zeros), dtype=dtype, dims=_XR)
+            v = f"{value.name}.to({t})"
+            update = TritonValue(name="", code="\n".join([
+                f"{acc}_d = {v} - {acc}_mean",
+                f"{acc}_wn = {acc}_w + 1.0",
+                f"{acc}_mn = {acc}_mean + {acc}_d / {acc}_wn",
+                f"{acc}_mean = tl.where(xrmask, {acc}_mn, {acc}_mean)",
+                f"{acc}_m2 = tl.where(xrmask, {acc}_m2 + {acc}_d * ({v} - {acc}_mn), {acc}_m2)",
+                f"{acc}_w = tl.where(xrmask, {acc}_wn, {acc}_w)"]), deps=[init, value], dtype=dtype, dims=_XR,
+                varying=True)
+            merge = chan_merge(res, f"{acc}_w", f"{acc}_w * {acc}_mean", f"{acc}_mean - {res}_mean",
+                               f"{acc}_m2 + {acc}_w * {res}_dm * {res}_dm")
+        done = self._result(res, "\n".join(merge), update, dtype)
+        done.parts = [TritonValue(name=f"{res}_{p}", code="", deps=[done], dtype=dtype, dims=_X,
+                                  post=self.gen.stage) for p in ("mean", "m2", "w")]
         return self._finish("welford", dtype, update, done)
 
     def accumulate(self, kind, *, dtype, src_dtype, value):

@@ -18,8 +18,8 @@ from typing import Any
 from fireclay_loops.long_reductions import SPLITTABLE
 from fireclay_triton.tiling import NotSplittable
 
-__all__ = ["SPLITTABLE", "combined_lines", "finisher_source", "partial_lines", "place_split_stage", "slot_names",
-           "split_result"]
+__all__ = ["SPLITTABLE", "chan_merge", "combined_lines", "finisher_source", "partial_lines", "place_split_stage",
+           "slot_names", "split_result"]
 
 _OTHER = {"sum": "0", "max": 'float("-inf")', "min": 'float("inf")'}
 
@@ -27,6 +27,16 @@ _OTHER = {"sum": "0", "max": 'float("-inf")', "min": 'float("inf")'}
 def slot_names(kind: str, res: str) -> list[str]:
     """The values a reduction's partial result stores, one workspace slot each."""
     return [f"{res}_mean", f"{res}_m2", f"{res}_w"] if kind == "welford" else [res]
+
+
+def chan_merge(res: str, weights: str, weighted_means: str, deviation: str, m2_terms: str) -> list[str]:
+    """Welford states (of lanes, or of chunks) merged across axis 1 into ``res_w``, ``res_mean``
+    and ``res_m2`` by Chan's formula: M2 = sum(m2_i) + sum(w_i * (mean_i - mean)**2), with
+    ``res_dm`` the ``deviation`` of each from the mean."""
+    return [f"{res}_w = tl.sum({weights}, 1)[:, None]",
+            f"{res}_mean = tl.sum({weighted_means}, 1)[:, None] / tl.where({res}_w == 0, 1.0, {res}_w)",
+            f"{res}_dm = {deviation}",
+            f"{res}_m2 = tl.sum({m2_terms}, 1)[:, None]"]
 
 
 def _ws(slot: int, chunk: str, count: str) -> str:
@@ -50,12 +60,9 @@ def combined_lines(kind: str, res: str, slot: int, interpret: bool) -> list[str]
         return f"tl.load({_ws(slot + k, 'pindex', 'nsplit')}, pmask, other={other})"
 
     if kind == "welford":
-        # Chan's merge of the chunks: M2 = sum(m2_i) + sum(w_i * (mean_i - mean)**2)
-        return [f"{res}_pm = {load(0, '0')}", f"{res}_p2 = {load(1, '0')}", f"{res}_pw = {load(2, '0')}",
-                f"{res}_w = tl.sum({res}_pw, 1)[:, None]",
-                f"{res}_mean = tl.sum({res}_pw * {res}_pm, 1)[:, None] / tl.where({res}_w == 0, 1.0, {res}_w)",
-                f"{res}_dm = {res}_pm - {res}_mean",
-                f"{res}_m2 = tl.sum({res}_p2 + {res}_pw * {res}_dm * {res}_dm, 1)[:, None]"]
+        loads = [f"{res}_pm = {load(0, '0')}", f"{res}_p2 = {load(1, '0')}", f"{res}_pw = {load(2, '0')}"]
+        return loads + chan_merge(res, f"{res}_pw", f"{res}_pw * {res}_pm", f"{res}_pm - {res}_mean",
+                                  f"{res}_p2 + {res}_pw * {res}_dm * {res}_dm")
     part = load(0, _OTHER[kind])
     if kind == "sum":
         combine = f"tl.sum({res}_p, 1)"
