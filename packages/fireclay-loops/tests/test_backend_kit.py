@@ -13,7 +13,7 @@ import pytest
 import sympy
 
 from fireclay_loops import Kernel
-from fireclay_loops.backend import KernelEmitter, KernelOps, Scope, Value, access, dtypes, patterns
+from fireclay_loops.backend import KernelEmitter, KernelOps, Scope, Value, access, constant_size, dtypes, patterns
 from fireclay_loops.ops import BINARY, REDUCTION_TYPES, UNARY
 
 
@@ -129,6 +129,14 @@ def test_index_steps():
 ])
 def test_dtype_facts(got, expected):
     assert got == expected
+
+
+@pytest.mark.parametrize("size, constant", [
+    (16, 16), (sympy.Integer(8), 8), ("12", 12), (sympy.Integer(3) * 4, 12), (s0, None), (2 * s0 + 1, None),
+    ("s0", None),
+])
+def test_a_size_is_a_constant_of_the_program_or_known_at_run_time(size, constant):
+    assert constant_size(size) == constant
 
 
 def test_64_bit_indices_for_symbolic_sizes_and_offsets_past_int32():

@@ -31,7 +31,7 @@ import sympy
 from fireclay_cpp.errors import CodegenError
 from fireclay_cpp.prelude import CTYPES
 from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram, TensorArg
-from fireclay_loops.backend import WrapperText, py_expr, py_shape
+from fireclay_loops.backend import WrapperText, constant_size, py_expr, py_shape
 from fireclay_loops.dtypes import ITEMSIZE
 
 ARENA_ALIGN = 64  # bytes: each arena buffer starts on a cache line (and any dtype's alignment)
@@ -107,7 +107,7 @@ class _Gen:
                 continue
             out = has_out(step.op) if len(step.outputs) == 1 else None
             b = step.outputs[0] if step.outputs else None
-            static = b is not None and self._static_nbytes(b) is not None
+            static = b is not None and constant_size(self.prog.buffers[b].nbytes) is not None
             if out and static and b not in outputs and step.result_positions() == [0]:
                 self.out_name[step.name] = out
             else:
@@ -128,7 +128,7 @@ class _Gen:
             if (buf.is_input or b in outputs or b in self.bound_results or b not in plan.lifetimes
                     or b not in used):
                 continue
-            n = self._static_nbytes(b)
+            n = constant_size(self.prog.buffers[b].nbytes)
             if n is not None:
                 sizes[b] = max(n, 1)
                 lifetimes[b] = plan.lifetimes[b]
@@ -145,10 +145,6 @@ class _Gen:
         self.views_of: dict[str, list[str]] = {}  # buffer -> locals viewing it (deleted with it)
         self.keep_arena = 0 < self.w.arena_bytes <= externs.keep_arena_bytes
         self.mems: set[str] = set()
-
-    def _static_nbytes(self, b: str) -> int | None:
-        n = sympy.sympify(self.prog.buffers[b].nbytes)
-        return int(n) if n.is_Integer else None
 
     # -- Python side
     def generate(self) -> WrapperSource:

@@ -20,13 +20,13 @@ import sympy
 import torch
 
 from fireclay_loops import ScheduledProgram
-from fireclay_loops.backend import to_scheduled
+from fireclay_loops.backend import constant_size, to_scheduled
 from fireclay_loops.cache_dirs import cache_folder_or_private
 from fireclay_triton import precompile, runtime
 from fireclay_triton.autotune import TuningCache
 from fireclay_triton.config import Config, config, interpreting
 from fireclay_triton.errors import CodegenError
-from fireclay_triton.kernel_codegen import KernelSource, constant_size, generate_kernel
+from fireclay_triton.kernel_codegen import KernelSource, generate_kernel
 from fireclay_triton.prelude import header
 from fireclay_triton.wrapper_codegen import generate_wrapper
 

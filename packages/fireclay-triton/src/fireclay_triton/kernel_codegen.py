@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import sympy
 
@@ -61,13 +60,6 @@ class KernelSource(backend.KernelSource):
     # the same work on different buffers (the layers of a model) are one function, compiled once,
     # and a function's name is the same in every program and process (Triton's disk cache hits).
     function: str = ""
-
-def constant_size(expr: Any) -> int | None:
-    """A kernel's number of points as an ``int`` when it is a constant of the program, else None
-    (it depends on size symbols and is passed at each launch)."""
-    if isinstance(expr, int) or getattr(expr, "is_Integer", False):
-        return int(expr)
-    return None
 
 
 class _Outer(Scope):

@@ -15,10 +15,10 @@ views of. Kernels are launched through bound launches (:mod:`fireclay_triton.bou
 from __future__ import annotations
 
 from fireclay_loops import Constant, ExternNode, Kernel, ScheduledProgram
-from fireclay_loops.backend import WrapperText, py_expr, py_shape
+from fireclay_loops.backend import WrapperText, constant_size, py_expr, py_shape
 from fireclay_loops.backend.runtime import returns_one_tensor
 from fireclay_triton.errors import CodegenError
-from fireclay_triton.kernel_codegen import KernelSource, constant_size
+from fireclay_triton.kernel_codegen import KernelSource
 
 
 class WrapperSource(WrapperText):

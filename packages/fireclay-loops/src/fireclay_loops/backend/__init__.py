@@ -23,7 +23,7 @@ from fireclay_loops.backend.kernel import (
 )
 from fireclay_loops.backend.program import Report, ScheduledProgram
 from fireclay_loops.backend.scheduling import to_scheduled
-from fireclay_loops.backend.wrapper_text import WrapperText, py_expr, py_shape
+from fireclay_loops.backend.wrapper_text import WrapperText, constant_size, py_expr, py_shape
 
 __all__ = ["CheckSite", "KernelEmitter", "KernelOps", "KernelSource", "Report", "ScheduledProgram", "Scope",
-           "Value", "WrapperText", "indent", "py_expr", "py_shape", "to_scheduled"]
+           "Value", "WrapperText", "constant_size", "indent", "py_expr", "py_shape", "to_scheduled"]

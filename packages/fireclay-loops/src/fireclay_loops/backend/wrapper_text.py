@@ -22,6 +22,13 @@ def py_expr(e: Any) -> str:
     return python_code(sympy.sympify(e))
 
 
+def constant_size(expr: Any) -> int | None:
+    """A size (an int or a sympy expression) as an ``int`` when it is a constant of the program,
+    else None (it depends on size symbols, known at run time)."""
+    e = sympy.sympify(expr)
+    return int(e) if e.is_Integer else None
+
+
 def py_shape(items: Sequence[Any]) -> str:
     """Python text of a shape or stride tuple."""
     inner = ", ".join(py_expr(x) for x in items)
