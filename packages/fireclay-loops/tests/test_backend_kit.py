@@ -13,7 +13,16 @@ import pytest
 import sympy
 
 from fireclay_loops import Kernel
-from fireclay_loops.backend import KernelEmitter, KernelOps, Scope, Value, access, constant_size, dtypes, patterns
+from fireclay_loops.backend import (
+    KernelEmitter,
+    KernelOps,
+    Scope,
+    Value,
+    access,
+    dtypes,
+    patterns,
+    wrapper_text,
+)
 from fireclay_loops.ops import BINARY, REDUCTION_TYPES, UNARY
 
 
@@ -136,7 +145,7 @@ def test_dtype_facts(got, expected):
     ("s0", None),
 ])
 def test_a_size_is_a_constant_of_the_program_or_known_at_run_time(size, constant):
-    assert constant_size(size) == constant
+    assert wrapper_text.constant_size(size) == constant
 
 
 def test_64_bit_indices_for_symbolic_sizes_and_offsets_past_int32():

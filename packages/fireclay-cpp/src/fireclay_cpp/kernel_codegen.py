@@ -111,13 +111,6 @@ class CppKernelGen(KernelEmitter):
         split = bool(k.rsizes) and rnumel >= SPLIT_REDUCTION_MIN and xnumel < self.threads
         if not split and column_loops.reads_columns(self):
             return column_loops.column_function(self, xs, rs, [stages[stage] for stage in sorted(stages)])
-        if not split:
-            for a in self.accumulators:
-                if a.kind == "welford" or a.plain_sum:
-                    a.add_stmt.code = f"{a.name}_sum += ({a.ctype})({a.value.name});"
-        outer = Scope()
-        for stage in sorted(stages):
-            self._emit_stage(stages[stage], rs, split, outer)
         if self.inner_only:
             # no reduction loop: the "loop" scope is the body of the innermost loop
             outer = Scope()
@@ -134,6 +127,12 @@ class CppKernelGen(KernelEmitter):
             guard = self._scan_indices(loop, outer, [f"for (int64_t x{last} = 0; x{last} < {xs[last]}; x{last}++) {{"],
                                        ["}"], [(f"x{last}", xs[last])])
             return self._function(xs, rs, outer.lines, split, loop.lines, guard)
+        for a in self.accumulators:
+            if not split and (a.kind == "welford" or a.plain_sum):
+                a.add_stmt.code = f"{a.name}_sum += ({a.ctype})({a.value.name});"
+        outer = Scope()
+        for stage in sorted(stages):
+            self._emit_stage(stages[stage], rs, split, outer)
         return self._function(xs, rs, outer.lines, split)
 
     def _emit_stage(self, nodes, rs, split, outer: Scope) -> None:

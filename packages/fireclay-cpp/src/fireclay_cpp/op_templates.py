@@ -134,10 +134,8 @@ class CppOps(KernelOps):
 
     def _val(self, expr: str, ctype_: str, deps: list[CValue], varying: bool | None = None,
              loads: str | None = None) -> CValue:
-        """The value of ``expr``; one the kernel already computed from the same dependencies is
-        reused (the nodes of a fused kernel repeat loads and math: a GELU and its gradient both
-        take erf of the same input). ``loads``: the buffer ``expr`` reads, whose reads a store
-        to it makes stale."""
+        """The value of ``expr`` (the kernel's own if it computed it already from the same
+        dependencies); ``loads``: the buffer ``expr`` reads, whose reads a store makes stale."""
         def make() -> CValue:
             name = f"{self.prefix}t{self.count}"
             self.count += 1
