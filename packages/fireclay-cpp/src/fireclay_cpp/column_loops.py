@@ -20,7 +20,7 @@ import sympy
 
 from fireclay_cpp.op_templates import Accumulator, CValue
 from fireclay_cpp.prelude import CTYPES
-from fireclay_loops.backend import Scope, access, indent
+from fireclay_loops.backend import Scope, StagePlan, access, indent
 from fireclay_loops.dtypes import ITEMSIZE
 
 if TYPE_CHECKING:
@@ -37,11 +37,11 @@ def reads_columns(gen: CppKernelGen) -> bool:
     return access.reads_columns(gen.accesses, gen.kernel.xvars, gen.kernel.rvars, gen.hint)
 
 
-def column_function(gen: CppKernelGen, xs, rs, stages) -> KernelSource:
+def column_function(gen: CppKernelGen, xs, rs, stages: list[StagePlan]) -> KernelSource:
     """The kernel with the innermost kept dim in blocks: for each block, every stage's loop
     over ``r`` runs outside and an ``omp simd`` loop over the block's points inside it (see
     the module docstring), so each load of each loop reads consecutive addresses.
-    ``stages``: per stage, the (before, in loop, after) values of its nodes. Around each
+    ``stages``: where each stage's values go (before, in or after its loop). Around each
     loop, a loop over the block's points computes once per point what comes after a
     reduction (its result, its stores) and what the next loop needs that does not change
     along ``r`` (a per-channel scale of batch norm's backward, a mask of a concatenation),
@@ -80,14 +80,11 @@ def column_function(gen: CppKernelGen, xs, rs, stages) -> KernelSource:
     kept: dict[CValue, None] = {}  # values some loop reads per point from an array
     done: list[Accumulator] = []  # accumulators whose loop has run: each per-point scope restores them
     points = Scope()
-    for nodes in stages:
+    for plan in stages:
         loop, needed = Scope(), []
-        for before, _, _ in nodes:
-            for v in before:
-                points.place(v)
-        for _, in_loop, _ in nodes:
-            for v in in_loop:
-                _place_in_column_loop(v, loop, points, needed)
+        points.place_all(plan.before)
+        for v in plan.in_loop:
+            _place_in_column_loop(v, loop, points, needed)
         points.lines += [f"{v.name}_col[fc_i] = {v.name};" for v in needed]
         kept.update(dict.fromkeys(needed))
         if loop.lines:
@@ -96,9 +93,7 @@ def column_function(gen: CppKernelGen, xs, rs, stages) -> KernelSource:
             block += rheads + indent(over_block(loop.lines, simd=True)) + ["}"] * len(rheads)
             done += [a for a in gen.accumulators if a.add_stmt in loop.seen]
             points = Scope()
-        for _, _, after in nodes:
-            for v in after:
-                points.place(v)
+        points.place_all(plan.after)
     if points.lines:
         block += over_block([restore[a] for a in done] + points.lines)
     block[1:1] = [f"{v.ctype} {v.name}_col[{width}];" for v in kept]

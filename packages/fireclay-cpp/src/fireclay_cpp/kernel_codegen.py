@@ -37,7 +37,7 @@ from fireclay_cpp import column_loops
 from fireclay_cpp.errors import CodegenError
 from fireclay_cpp.op_templates import Accumulator, BoundsCheck, CppOps, CValue, ctype
 from fireclay_loops import Kernel, backend
-from fireclay_loops.backend import KernelEmitter, Scope, indent
+from fireclay_loops.backend import KernelEmitter, Scope, StagePlan, indent
 from fireclay_shapes import cpp_code
 
 PARALLEL_MIN_WORK = 16384  # points of work below which the OpenMP fork costs more than it saves
@@ -89,24 +89,21 @@ class CppKernelGen(KernelEmitter):
         k = self.kernel
         xs = [self.index(s) for s in k.xsizes]
         rs = [self.index(s) for s in k.rsizes]
-        stages: dict[int, list[tuple[list[CValue], list[CValue], list[CValue]]]] = {}
+        stages: dict[int, StagePlan] = {}
         for n, kn in enumerate(k.nodes):
             self.roots = []
             first_acc = len(self.accumulators)
             kn.node.body.run(CppOps(self, f"n{n}_", self.index(self.flat_reduction_index(kn))), kn.var_map)
             adds = [a.add_stmt for a in self.accumulators[first_acc:]]
-            uses_r = self.uses_reduction_vars(kn)
+            plan = stages.setdefault(kn.stage, StagePlan())
             if adds:
                 # a store belongs in the loop when it stores a value computed there (a pointwise
                 # store of a reduction node's prologue), not one computed from an accumulator
                 in_loop = adds + [r for r in self.roots if r not in adds and not r.reads(lambda v: v.acc is not None)]
-                after = [r for r in self.roots if r not in in_loop]
-                pre = []
-            elif uses_r:
-                pre, in_loop, after = [], list(self.roots), []
+                plan.in_loop += in_loop
+                plan.after += [r for r in self.roots if r not in in_loop]
             else:
-                pre, in_loop, after = list(self.roots), [], []
-            stages.setdefault(kn.stage, []).append((pre, in_loop, after))
+                (plan.in_loop if self.uses_reduction_vars(kn) else plan.before).extend(self.roots)
         xnumel, rnumel = self.hint(k.numel), self.hint(k.rnumel)
         split = bool(k.rsizes) and rnumel >= SPLIT_REDUCTION_MIN and xnumel < self.threads
         if not split and column_loops.reads_columns(self):
@@ -116,13 +113,10 @@ class CppKernelGen(KernelEmitter):
             outer = Scope()
             loop = Scope(parent=outer)
             for stage in sorted(stages):
-                for pre, in_loop, after in stages[stage]:
-                    for v in pre + after:
-                        outer.place(v)
-                    self._unchecked(True)
-                    for v in in_loop:
-                        loop.place(v)
-                    self._unchecked(False)
+                outer.place_all(stages[stage].before + stages[stage].after)
+                self._unchecked(True)
+                loop.place_all(stages[stage].in_loop)
+                self._unchecked(False)
             last = len(xs) - 1
             guard = self._scan_indices(loop, outer, [f"for (int64_t x{last} = 0; x{last} < {xs[last]}; x{last}++) {{"],
                                        ["}"], [(f"x{last}", xs[last])])
@@ -135,19 +129,15 @@ class CppKernelGen(KernelEmitter):
             self._emit_stage(stages[stage], rs, split, outer)
         return self._function(xs, rs, outer.lines, split)
 
-    def _emit_stage(self, nodes, rs, split, outer: Scope) -> None:
+    def _emit_stage(self, plan: StagePlan, rs, split, outer: Scope) -> None:
         k = self.kernel
         lines = outer.lines
-        for pre, _, _ in nodes:
-            for v in pre:
-                outer.place(v)
+        outer.place_all(plan.before)
         loop = Scope(parent=outer)
         # (a split loop runs over threads: its checks stay one per index, as do those of a
         # kernel without a reduction loop, whose innermost loop generate() scans instead)
         self._unchecked(bool(rs) and not split)
-        for _, in_loop, _ in nodes:
-            for v in in_loop:
-                loop.place(v)
+        loop.place_all(plan.in_loop)
         self._unchecked(False)
         accs = [a for a in self.accumulators if a.add_stmt in loop.seen]
         lines.extend(f"{a.decl_type} {a.name};" for a in accs)
@@ -189,9 +179,7 @@ class CppKernelGen(KernelEmitter):
                 lines.extend(f"{a.name}.v = {a.name}_sum;" for a in sums)
                 if welford:
                     self._welford_second_pass(welford, head, tail, rs, outer)
-        for _, _, after in nodes:
-            for v in after:
-                outer.place(v)
+        outer.place_all(plan.after)
 
     def _unchecked(self, on: bool) -> None:
         """Declare the bounds checks that vary along a loop unchecked (``on``: a scan before

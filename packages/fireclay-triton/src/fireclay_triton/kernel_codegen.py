@@ -178,13 +178,10 @@ class TritonKernelGen(KernelEmitter):
         looped = self.looped
         outer.lines = pre = []
         loop = _Loop(outer, self) if looped else outer
-        for v in self.roots:
-            if v.in_loop():
-                loop.place(v)
+        loop.place_all(v for v in self.roots if v.in_loop())
         outer.lines, outer.loop = [], loop if looped else None
-        for v in self.roots + self.finals:  # results of reductions whose stores are internal, too
-            if not v.in_loop():
-                outer.place(v)
+        # (with the results of reductions whose stores are internal)
+        outer.place_all(v for v in self.roots + self.finals if not v.in_loop())
         post, outer.loop = outer.lines, None
         main.extend(pre)
         if looped and loop.lines:

@@ -18,6 +18,7 @@ from fireclay_loops.backend.kernel import (
     KernelOps,
     KernelSource,
     Scope,
+    StagePlan,
     Value,
     indent,
 )
@@ -26,4 +27,4 @@ from fireclay_loops.backend.scheduling import to_scheduled
 from fireclay_loops.backend.wrapper_text import WrapperText, constant_size, py_expr, py_shape
 
 __all__ = ["CheckSite", "KernelEmitter", "KernelOps", "KernelSource", "Report", "ScheduledProgram", "Scope",
-           "Value", "WrapperText", "constant_size", "indent", "py_expr", "py_shape", "to_scheduled"]
+           "StagePlan", "Value", "WrapperText", "constant_size", "indent", "py_expr", "py_shape", "to_scheduled"]

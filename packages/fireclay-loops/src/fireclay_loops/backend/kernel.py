@@ -22,7 +22,7 @@ nodes grouped in stages (one reduction loop each) and each node's flat reduction
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +101,20 @@ class Scope:
         """Place loop-invariant ``v`` in the parent scope (a renderer may refuse some)."""
         assert self.parent is not None
         self.parent.place(v)
+
+    def place_all(self, values: Iterable[Value]) -> None:
+        for v in values:
+            self.place(v)
+
+
+@dataclass(kw_only=True)
+class StagePlan:
+    """Where the statements of one stage go: ``before`` its reduction loop, ``in_loop`` or
+    ``after`` it (the renderer decides which, and places them in its scopes)."""
+
+    before: list[Value] = field(default_factory=list)
+    in_loop: list[Value] = field(default_factory=list)
+    after: list[Value] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
