@@ -104,18 +104,19 @@ class CppKernelGen(KernelEmitter):
                 plan.after += [r for r in self.roots if r not in in_loop]
             else:
                 (plan.in_loop if self.uses_reduction_vars(kn) else plan.before).extend(self.roots)
+        plans = [stages[stage] for stage in sorted(stages)]
         xnumel, rnumel = self.hint(k.numel), self.hint(k.rnumel)
         split = bool(k.rsizes) and rnumel >= SPLIT_REDUCTION_MIN and xnumel < self.threads
         if not split and column_loops.reads_columns(self):
-            return column_loops.column_function(self, xs, rs, [stages[stage] for stage in sorted(stages)])
+            return column_loops.column_function(self, xs, rs, plans)
         if self.inner_only:
             # no reduction loop: the "loop" scope is the body of the innermost loop
             outer = Scope()
             loop = Scope(parent=outer)
-            for stage in sorted(stages):
-                outer.place_all(stages[stage].before + stages[stage].after)
+            for plan in plans:
+                outer.place_all(plan.before + plan.after)
                 self._unchecked(True)
-                loop.place_all(stages[stage].in_loop)
+                loop.place_all(plan.in_loop)
                 self._unchecked(False)
             last = len(xs) - 1
             guard = self._scan_indices(loop, outer, [f"for (int64_t x{last} = 0; x{last} < {xs[last]}; x{last}++) {{"],
@@ -125,8 +126,8 @@ class CppKernelGen(KernelEmitter):
             if not split and (a.kind == "welford" or a.plain_sum):
                 a.add_stmt.code = f"{a.name}_sum += ({a.ctype})({a.value.name});"
         outer = Scope()
-        for stage in sorted(stages):
-            self._emit_stage(stages[stage], rs, split, outer)
+        for plan in plans:
+            self._emit_stage(plan, rs, split, outer)
         return self._function(xs, rs, outer.lines, split)
 
     def _emit_stage(self, plan: StagePlan, rs, split, outer: Scope) -> None:
