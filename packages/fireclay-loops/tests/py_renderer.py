@@ -149,16 +149,12 @@ class PyKernel(KernelEmitter):
             for kn in nodes:
                 kn.node.body.run(PyOps(self), kn.var_map)
             loop = Scope(parent=outer)
-            for v in self.roots:
-                if v.in_loop():
-                    loop.place(v)
+            loop.place_all(v for v in self.roots if v.in_loop())
             outer.lines += self.inits
             if loop.lines:
                 heads = [f"for {v.name} in range({s}):" for v, s in zip(k.rvars, k.rsizes)]
                 outer.lines += _nest(heads, loop.lines)
-            for v in self.roots:
-                if not v.in_loop():
-                    outer.place(v)
+            outer.place_all(v for v in self.roots if not v.in_loop())
         heads = [f"for {v.name} in range({s}):" for v, s in zip(k.xvars, k.xsizes)]
         return "\n".join([f"def {k.name}({', '.join(sorted(self.buffers))}):"] + indent(_nest(heads, outer.lines),
                                                                                          "    ")) + "\n"

@@ -17,6 +17,7 @@ from fireclay_loops.backend import (
     KernelEmitter,
     KernelOps,
     Scope,
+    StagePlan,
     Value,
     access,
     dtypes,
@@ -48,6 +49,21 @@ def test_a_value_is_placed_once_after_its_dependencies_and_invariants_go_before_
     later = Scope(parent=outer)  # a later loop recomputes what it needs of an earlier one
     later.place(s)
     assert later.lines == ["r = load(y[r])", "s = a + r"]
+
+
+def test_a_stage_plan_places_its_statements_before_in_and_after_its_loop():
+    x = _V(name="x", code="x = load(p)")
+    r = _V(name="r", code="r = load(q + r0)", varying=True)
+    update = _V(name="", code="acc += x * r", deps=[x, r], varying=True)
+    store = _V(name="", code="out = acc", deps=[])
+    plan = StagePlan(before=[x], in_loop=[update], after=[store])
+    outer = Scope()
+    loop = Scope(parent=outer)
+    outer.place_all(plan.before)
+    loop.place_all(plan.in_loop)
+    outer.place_all(plan.after)
+    assert outer.lines == ["x = load(p)", "out = acc"]
+    assert loop.lines == ["r = load(q + r0)", "acc += x * r"]
 
 
 def test_the_handler_has_a_method_per_op_and_per_reduction_kind_with_keywords():
