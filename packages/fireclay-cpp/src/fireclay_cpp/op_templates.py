@@ -80,14 +80,11 @@ class BoundsCheck:
                       varying=True)
 
 
-_UNARY_CALL = {
-    "exp": "fc_exp", "exp2": "fc_exp2", "expm1": "fc_expm1", "log": "fc_log", "log2": "fc_log2",
-    "log10": "fc_log10", "log1p": "fc_log1p", "sqrt": "fc_sqrt", "sin": "fc_sin", "cos": "fc_cos",
-    "tan": "fc_tan", "asin": "fc_asin", "acos": "fc_acos", "atan": "fc_atan", "sinh": "fc_sinh",
-    "cosh": "fc_cosh", "tanh": "fc_tanh", "asinh": "fc_asinh", "acosh": "fc_acosh",
-    "atanh": "fc_atanh", "erf": "fc_erf", "erfc": "fc_erfc", "floor": "fc_floor", "ceil": "fc_ceil",
-    "round": "fc_nearbyint", "trunc": "fc_trunc", "lgamma": "fc_lgamma",
-}
+# math functions: the prelude's fc_<name> (round to nearest even is nearbyint)
+_UNARY_CALL = {name: f"fc_{name}" for name in (
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan",
+    "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "floor", "ceil", "trunc", "lgamma")}
+_UNARY_CALL["round"] = "fc_nearbyint"
 _UNARY_TEMPLATE = {
     "neg": "-({a})", "rsqrt": "{T}(1) / fc_sqrt({a})", "reciprocal": "{T}(1) / ({a})",
     "square": "({a}) * ({a})", "frac": "({a}) - fc_trunc({a})", "sigmoid": "fc_sigmoid<{T}>({a})",

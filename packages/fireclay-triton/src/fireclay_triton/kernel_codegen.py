@@ -152,10 +152,8 @@ class TritonKernelGen(KernelEmitter):
         return triton_code(expr, ranges=self.symbol_range), deps, frozenset(dims.union(*(d.dims for d in deps)))
 
     def size_text(self, expr) -> str:
-        text, _, _ = self.index(expr)
-        return text
+        return self.index(expr)[0]
 
-    # -- reductions
     # -- generation
     def generate(self) -> KernelSource:
         outer = _Outer()  # its lines are swapped per phase: before a loop, after it
