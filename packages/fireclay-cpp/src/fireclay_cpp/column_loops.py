@@ -71,11 +71,14 @@ def column_function(gen: CppKernelGen, xs, rs, stages: list[StagePlan]) -> Kerne
         head = ["#pragma omp simd"] if simd else []
         return head + ["for (int64_t fc_i = 0; fc_i < fc_xn; fc_i++) {"] + indent(point + lines) + ["}"]
 
+    body = gen.parallel("#pragma omp parallel for", nx)
+    narrowed = bool(body) and few_column_blocks(gen, width)  # then the points per block are fc_w
+    step = "fc_w" if narrowed else width
     rheads = [f"for (int64_t r{d} = 0; r{d} < {rs[d]}; r{d}++) {{" for d in range(len(rs))]
-    if extent.isdigit() and int(extent) % width == 0:
+    if not narrowed and extent.isdigit() and int(extent) % width == 0:
         block = [f"const int64_t fc_xn = {width};"]  # (a constant trip count: no remainder loop)
     else:
-        block = [f"const int64_t fc_xn = ({extent}) - fc_xb < {width} ? ({extent}) - fc_xb : {width};"]
+        block = [f"const int64_t fc_xn = ({extent}) - fc_xb < {step} ? ({extent}) - fc_xb : {step};"]
     block += arrays
     kept: dict[CValue, None] = {}  # values some loop reads per point from an array
     done: list[Accumulator] = []  # accumulators whose loop has run: each per-point scope restores them
@@ -98,12 +101,9 @@ def column_function(gen: CppKernelGen, xs, rs, stages: list[StagePlan]) -> Kerne
         block += over_block([restore[a] for a in done] + points.lines)
     block[1:1] = [f"{v.ctype} {v.name}_col[{width}];" for v in kept]
     heads = [f"for (int64_t x{d} = 0; x{d} < {xs[d]}; x{d}++) {{" for d in range(nx - 1)]
-    heads.append(f"for (int64_t fc_xb = 0; fc_xb < {extent}; fc_xb += {width}) {{")
-    body = gen.parallel("#pragma omp parallel for", nx)
-    if body and few_column_blocks(gen, width):
+    heads.append(f"for (int64_t fc_xb = 0; fc_xb < {extent}; fc_xb += {step}) {{")
+    if narrowed:
         body[:0] = narrowed_block(gen, xs, width, k.numel * k.rnumel)
-        heads[-1] = f"for (int64_t fc_xb = 0; fc_xb < {extent}; fc_xb += fc_w) {{"
-        block[0] = f"const int64_t fc_xn = ({extent}) - fc_xb < fc_w ? ({extent}) - fc_xb : fc_w;"
     body += heads + indent(block) + ["}"] * nx
     return gen.source(body)
 
