@@ -94,16 +94,10 @@ class CppKernelGen(KernelEmitter):
             self.roots = []
             first_acc = len(self.accumulators)
             kn.node.body.run(CppOps(self, f"n{n}_", self.index(self.flat_reduction_index(kn))), kn.var_map)
-            adds = [a.add_stmt for a in self.accumulators[first_acc:]]
-            plan = stages.setdefault(kn.stage, StagePlan())
-            if adds:
-                # a store belongs in the loop when it stores a value computed there (a pointwise
-                # store of a reduction node's prologue), not one computed from an accumulator
-                in_loop = adds + [r for r in self.roots if r not in adds and not r.reads(lambda v: v.acc is not None)]
-                plan.in_loop += in_loop
-                plan.after += [r for r in self.roots if r not in in_loop]
-            else:
-                (plan.in_loop if self.uses_reduction_vars(kn) else plan.before).extend(self.roots)
+            # a store varies along the loop when its index or its value does: a reduction's
+            # prologue stores go in the loop, the stores of its result after it
+            reduces = len(self.accumulators) > first_acc
+            stages.setdefault(kn.stage, StagePlan()).add(self.roots, after=reduces)
         plans = [stages[stage] for stage in sorted(stages)]
         xnumel, rnumel = self.hint(k.numel), self.hint(k.rnumel)
         split = bool(k.rsizes) and rnumel >= SPLIT_REDUCTION_MIN and xnumel < self.threads

@@ -182,7 +182,7 @@ class CppOps(KernelOps):
         self.gen.accesses.append(index)
         self.gen.cse = {k: v for k, v in self.gen.cse.items() if k[0] != buf}  # its reads are stale
         stmt = CValue(name=f"{self.prefix}st{self.count}", code=f"{buf}[{text}] = {_narrow(dtype, value.name)};",
-                      deps=deps + [value], varying=True)
+                      deps=deps + [value], varying=self._varies(index))
         self.count += 1
         self.gen.roots.append(stmt)
         return None

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import sympy
 
 from fireclay_loops import Kernel, backend
-from fireclay_loops.backend import KernelEmitter, Scope
+from fireclay_loops.backend import KernelEmitter, Scope, StagePlan
 from fireclay_loops.backend.dtypes import needs_index64
 from fireclay_shapes import triton_code
 from fireclay_triton.errors import CodegenError
@@ -174,12 +174,15 @@ class TritonKernelGen(KernelEmitter):
             place_split_stage(self, main, outer.seen)
             return
         looped = self.looped
+        # what varies goes in the loop, the rest after it (with the results of reductions whose
+        # stores are internal); what the loop needs of that is hoisted before it
+        plan = StagePlan()
+        plan.add(self.roots + self.finals, after=True)
         outer.lines = pre = []
         loop = _Loop(outer, self) if looped else outer
-        loop.place_all(v for v in self.roots if v.in_loop())
+        loop.place_all(plan.in_loop)
         outer.lines, outer.loop = [], loop if looped else None
-        # (with the results of reductions whose stores are internal)
-        outer.place_all(v for v in self.roots + self.finals if not v.in_loop())
+        outer.place_all(plan.after)
         post, outer.loop = outer.lines, None
         main.extend(pre)
         if looped and loop.lines:

@@ -11,7 +11,8 @@ renderer's :meth:`KernelOps.accumulate`.
 
 Placement comes after, on demand: a :class:`Scope` declares a value after its dependencies
 the first time a statement needs it; a scope inside a reduction loop hoists what does not
-change along the loop (``Value.in_loop``) into its parent, before the loop.
+change along the loop (``Value.in_loop``) into its parent, before the loop. A :class:`StagePlan`
+says which statements of a stage go in its loop (those that vary along it), after it or before.
 
 :class:`KernelEmitter` is what a generator tracks about its kernel: the buffers it touches, the
 size symbols and indirect index values it uses, fresh names, the values already computed (for
@@ -58,19 +59,6 @@ class Value:
             self.varying = any(d.in_loop() for d in self.deps)
         return self.varying
 
-    def reads(self, found: Callable[[Value], bool]) -> bool:
-        """Whether ``found`` holds for this value or one it reads, directly or not."""
-        stack: list[Value] = [self]
-        seen: set[Value] = set()
-        while stack:
-            v = stack.pop()
-            if v not in seen:
-                if found(v):
-                    return True
-                seen.add(v)
-                stack.extend(v.deps)
-        return False
-
 
 class Scope:
     """Where declarations go; a value declared in a scope is visible in its inner scopes."""
@@ -115,6 +103,12 @@ class StagePlan:
     before: list[Value] = field(default_factory=list)
     in_loop: list[Value] = field(default_factory=list)
     after: list[Value] = field(default_factory=list)
+
+    def add(self, roots: list[Value], after: bool) -> None:
+        """Plan statements of the stage: those that vary along the loop go in it, the others
+        ``after`` it (statements of a reduction, which read its result) or before it."""
+        self.in_loop += [v for v in roots if v.in_loop()]
+        (self.after if after else self.before).extend(v for v in roots if not v.in_loop())
 
 
 @dataclass(frozen=True)
@@ -215,14 +209,6 @@ class KernelEmitter:
         if name in self.indirect or name.startswith(("s", "ind")):
             return NONNEGATIVE
         return UNBOUNDED
-
-    def uses_reduction_vars(self, kn: KernelNode) -> bool:
-        """Whether some index of the node's body names a reduction variable of the kernel."""
-        for op in kn.node.body.ops:
-            for a in op.args:
-                if isinstance(a, sympy.Basic) and any(s.name in self.rnames for s in a.xreplace(kn.var_map).free_symbols):
-                    return True
-        return False
 
     def unflatten(self, which: str) -> list[tuple[str, sympy.Expr, sympy.Expr | None]]:
         """The kernel's ``x`` (or ``r``) variables of one flat row-major index ``i``, each as
