@@ -58,7 +58,21 @@ def batched(b, x, w):
     return (b.call("sum.dim_IntList", b.call("gelu.default", o), [2]),)
 
 
-BUILDS = [mm_chain, residual_chain, backward_like, batched]
+def linear_layers(b, x, w):  # matmuls by a transposed weight input: torch's linear, no view made
+    bias = b.call("sum.dim_IntList", w, [1])
+    h = b.call("addmm.default", bias, x, b.call("t.default", w))
+    inner = b.call("mm.default", b.call("relu.default", h), b.call("t.default", w))
+    return b.call("mm.default", b.call("sigmoid.default", inner), b.call("t.default", w)), h
+
+
+def input_views(b, x, w):  # one view of an input read by two matmuls
+    xv = b.call("view.default", x, [64, 16])
+    ws = b.call("slice.Tensor", w, 0, 0, 16)
+    both = b.call("add.Tensor", b.call("mm.default", xv, ws), b.call("mm.default", xv, b.call("relu.default", ws)))
+    return (b.call("gelu.default", both),)
+
+
+BUILDS = [mm_chain, residual_chain, backward_like, batched, linear_layers, input_views]
 
 
 def compiled_and_builder(build, keep=True):
@@ -135,6 +149,21 @@ def test_only_internal_temporaries_are_kept_and_each_is_freed(build):
 def test_matmul_results_in_kept_memory_are_written_in_place():
     _, text = wrapper_text(mm_chain)
     assert len(re.findall(r"op_aten_mm_default\(.*, out=buf\d+\)", text)) == 4  # each dies inside the call
+
+
+def test_matmuls_by_transposed_weights_call_linear():
+    _, text = wrapper_text(linear_layers)
+    assert ".t()" not in text
+    assert re.search(r"^    result = linear\(in_x, in_w, buf\d+\)", text, re.M)  # addmm with its bias
+    assert re.search(r"^    linear\(buf\d+, in_w, out=buf\d+\)", text, re.M)  # a kept result, in place
+    assert re.search(r"^    result = linear\(buf\d+, in_w\)", text, re.M)  # the returned one
+
+
+def test_a_view_of_what_lives_through_the_call_is_made_once_per_call():
+    _, text = wrapper_text(input_views)
+    views = dict(re.findall(r"^    (call_view\d+) = (in_x\.as_strided.*)$", text, re.M))
+    assert len(views) == 1 and text.count("in_x.as_strided") == 1
+    assert len(re.findall(rf"op_aten_mm_default\({next(iter(views))}, ", text)) == 2
 
 
 def test_a_taken_workspace_is_not_shared():

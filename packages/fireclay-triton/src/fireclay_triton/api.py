@@ -82,6 +82,7 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
     namespace: dict[str, Any] = {"torch": torch, "as_base": runtime.as_base, "typed": runtime.typed,
                                  "view": runtime.view, "conform": runtime.conform,
                                  "pick_device": runtime.pick_device, "workspaces": [],
+                                 "linear": torch.nn.functional.linear,
                                  "launch_target": runtime.interpreted_target if interpret else runtime.launch_target}
     launchers: dict[str, runtime.Launcher] = {}
     if kernels:

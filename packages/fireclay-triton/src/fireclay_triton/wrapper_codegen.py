@@ -100,12 +100,12 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
         owners.setdefault(a, []).append(b)
     alone = {b for b, a in plan.buffer_allocation.items()
              if len(owners[a]) == 1 and not prog.buffers[b].is_input and prog.buffers[b].offset == 0}
+    never = len(scheduled.steps)
     if keep_workspace:
         # An output that took over a dead temporary's allocation (always its last owner: outputs
         # are never freed) is made a tensor of its own, which the caching allocator may place in
         # the memory the temporaries just gave back: the same peak, and the temporaries' memory
         # is kept (the workspace) instead of typed per call.
-        never = len(scheduled.steps)
         alone |= {b for b in plan.buffer_allocation if not prog.buffers[b].is_input and prog.buffers[b].offset == 0
                   and plan.lifetimes.get(b, (0, 0))[1] >= never
                   and plan.allocations[plan.buffer_allocation[b]].from_input is None}  # not a donated input's
@@ -130,6 +130,8 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
     kept_allocations, kept_alone, out_results = (
         _kept(scheduled, alone, owners, extern_results, freed_at, last_free) if keep_workspace else (set(), set(), set()))
     ws = Workspace()
+    call_views = CallViews(w) if keep_workspace else None
+    whole_call = {b for b in prog.buffers if prog.buffers[b].is_input or plan.lifetimes.get(b, (0, 0))[1] >= never}
     kept_buffers = kept_alone | {b for a in kept_allocations for b in owners[a]}
     w.lines.append(f"def call({', '.join(prog.inputs)}):")
     w.bind_sizes(prog)
@@ -189,7 +191,7 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
             args = ["dev", "stream", *src.buffers, *src.symbols, *sizes]
             w.line(f"{step.name}({', '.join(args)})  # {src.kind}: {src.function} in kernels.py")
         else:
-            _extern_call(w, step, prog, alone, held, kept_buffers, views, out_results)
+            _extern_call(w, step, prog, alone, held, kept_buffers, views, out_results, call_views, whole_call)
         for b in plan.free_after.get(k, []):
             if b in prog.inputs:
                 continue
@@ -302,17 +304,54 @@ def _transposed(size, stride, view_size, view_stride) -> bool:
         and tuple(view_stride) == (stride[1], stride[0])
 
 
+class CallViews:
+    """Views of buffers that live through the whole call (inputs, outputs): each made once per
+    call, at its first use (a saved activation is viewed as a matrix by every matmul reading it)."""
+
+    def __init__(self, w: WrapperSource) -> None:
+        self.w = w
+        self.made: dict[str, str] = {}
+
+    def __call__(self, expression: str) -> str:
+        var = self.made.get(expression)
+        if var is None:
+            var = self.made[expression] = f"call_view{len(self.made)}"
+            self.w.line(f"{var} = {expression}")
+        return var
+
+
+def _linear(step: ExternNode, args: list[str]) -> list[str] | None:
+    """``linear``'s arguments where a matmul by a transposed weight is what torch's ``linear``
+    computes with the same library call (``mm(x, w.t())``, ``addmm(bias, x, w.t())`` of a vector
+    bias), so the wrapper makes no transposed view; else None."""
+    if step.kwargs or not args[-1].endswith(".t()"):
+        return None
+    weight = args[-1][: -len(".t()")]
+    if step.op == "aten::mm.default" and len(args) == 2:
+        return [args[0], weight]
+    bias = step.args[0] if step.args else None
+    if step.op == "aten::addmm.default" and len(args) == 3 and len(getattr(bias, "size", ())) == 1:
+        return [args[1], weight, args[0]]
+    return None
+
+
 def _extern_call(w: WrapperSource, step: ExternNode, prog, alone: set[str], held: set[str], kept: set[str],
-                 views, out_results: set[str]) -> None:
+                 views, out_results: set[str], call_views: CallViews | None, whole_call: set[str]) -> None:
     def tensor(a) -> str:
         text = _tensor(a.buffer, prog.buffers[a.buffer], a.size, a.stride, a.offset, held)
-        return views(text) if a.buffer in kept and text != a.buffer else text
+        if text == a.buffer or text.endswith(".t()"):
+            return text
+        if a.buffer in kept:
+            return views(text)
+        return call_views(text) if call_views is not None and a.buffer in whole_call else text
 
     call_args = w.extern_args(step, tensor)
-    fn = w.op(step.op)
     for b in step.outputs:
         if b not in prog.buffers:
             raise CodegenError(f"extern call {step.name} writes {b}, which the program does not declare")
+    linear = _linear(step, call_args) if call_views is not None else None
+    fn = "linear" if linear is not None else w.op(step.op)
+    call_args = linear if linear is not None else call_args
     if step.outputs and step.outputs[0] in out_results:
         w.line(f"{fn}({', '.join(call_args)}, out={step.outputs[0]})  # {step.kind} {step.name}")
         return
