@@ -1,8 +1,8 @@
 """Training through fireclay-triton's kept workspaces (fireclay_triton/wrapper_codegen.py): a
 forward's saved tensors and a backward's gradients are never memory a later call reuses.
 
-Without a GPU, CPU tensors are routed to fireclay-triton (``_targets_gpu``) and its kernels run in
-Triton's interpreter (see conftest). Two forwards run before either backward, so the second
+On a CUDA GPU the model runs there; without one, CPU tensors are routed to fireclay-triton
+(``_targets_gpu``) and its kernels run in Triton's interpreter (see conftest). Two forwards run before either backward, so the second
 forward's temporaries would overwrite anything of the first the workspace wrongly held; each
 step's gradients are kept and checked again after the later steps."""
 
@@ -18,8 +18,9 @@ import torch.nn.functional as F
 import fireclay
 from fireclay.backends import builtin
 
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="routes CPU tensors to Triton's interpreter (see conftest)")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="needs a CUDA GPU or Triton's interpreter (see conftest)")
 
 
 class Block(torch.nn.Module):
@@ -72,12 +73,12 @@ def _grads(model):
 
 def test_two_forwards_before_their_backwards_match_eager(triton_path):
     torch.manual_seed(0)
-    model = Block()
+    model = Block().to(DEVICE)
     reference = copy.deepcopy(model)
     compiled = fireclay.compile(model)
     kept = []
     for _ in range(2):
-        xs = [torch.randn(2, 6, 16) for _ in range(2)]
+        xs = [torch.randn(2, 6, 16, device=DEVICE) for _ in range(2)]
         outs = [compiled(x) for x in xs]  # both forwards first: the first's saved tensors must survive
         want = [reference(x) for x in xs]
         for o, e in zip(outs, want):

@@ -1,12 +1,14 @@
 """The kept workspace (wrapper_codegen.py): memory only a call's temporaries use is held as
 storages whose views are made once and given their bytes where the memory plan allocates.
 
-Checked in Triton's interpreter, against eager, over several calls with fresh random inputs:
+Checked on a CUDA GPU, else in Triton's interpreter, against eager, over several calls with fresh
+random inputs:
 values; that a result a caller keeps is never changed by a later call (every output is checked
 after the next calls, outputs that took over a temporary's memory among them); that the wrapper
 keeps exactly internal temporaries (never an output or an input) and frees each at the plan's
 point; that nothing but the workspace's own views outlives a call; and that a second workspace
-serves a call while the first is taken (another thread's call).
+serves a call while the first is taken (another thread's call). On a GPU, also through CUDA
+graphs (a capture takes and frees the workspace's memory in the graph's pool).
 """
 
 import os
@@ -17,11 +19,12 @@ import torch
 from aten_builder import AtenBuilder
 
 from fireclay_loops import lower, schedule
-from fireclay_triton import Config, compile_program, generate_kernels
+from fireclay_triton import Config, compile_program, cudagraphify, generate_kernels
 from fireclay_triton.wrapper_codegen import generate_wrapper
 
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="runs kernels in Triton's interpreter (no CUDA GPU here)")
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+pytestmark = pytest.mark.skipif(DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1",
+                                reason="needs a CUDA GPU or Triton's interpreter")
 
 
 def mm_chain(b, x, w):  # matmul results that die at once: written in place into kept memory
@@ -77,14 +80,14 @@ BUILDS = [mm_chain, residual_chain, backward_like, batched, linear_layers, input
 
 def compiled_and_builder(build, keep=True):
     b = AtenBuilder()
-    x, w = b.input(torch.empty(32, 32), "x"), b.input(torch.empty(32, 32), "w")
+    x, w = b.input(torch.empty(32, 32, device=DEVICE), "x"), b.input(torch.empty(32, 32, device=DEVICE), "w")
     program = b.output(*build(b, x, w))
     return compile_program(program, cfg=Config(keep_workspace=keep)), b
 
 
 def fresh_inputs(seed):
     gen = torch.Generator().manual_seed(seed)
-    return [torch.randn(32, 32, generator=gen) / 4 for _ in range(2)]
+    return [(torch.randn(32, 32, generator=gen) / 4).to(DEVICE) for _ in range(2)]
 
 
 @pytest.mark.parametrize("build", BUILDS)
@@ -180,6 +183,23 @@ def test_a_taken_workspace_is_not_shared():
     for g, e in zip(got, b.eager(*ys)):
         torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
     pool.append(held)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("build", BUILDS)
+def test_through_cuda_graphs(build):
+    compiled, b = compiled_and_builder(build)
+    graphed = cudagraphify(compiled)
+    kept = []
+    for seed in range(4):  # warm-up, capture, replays
+        xs = fresh_inputs(seed)
+        got = graphed(*xs)
+        for g, e in zip(got, b.eager(*xs), strict=True):
+            torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+        kept.append(([g.clone() for g in got], got))
+    for copies, results in kept:
+        for c, r in zip(copies, results):
+            assert torch.equal(c, r)
 
 
 def test_no_memory_is_held_between_calls():
