@@ -9,11 +9,22 @@ at once (built here with the system C compiler; a Python function when there is 
 CPU tensors, so extern ops (matmuls, attention) run for real, on tiny inputs.
 
     python -m benchmarks.wrapper_overhead --models bert,llama --calls 2000
+    python -m benchmarks.wrapper_overhead --compare-workspace --models llama --mode training --dtype bfloat16
 
 Prints per model: the compiled programs' kernel launches and views per call, the microseconds of
 one call of the programs (median over repeats), of one kernel launch (the launches of one call
 recorded, then replayed as the wrapper makes them), and of the whole compiled model's call
 (guards, runtime wrapper and the programs).
+
+``--compare-workspace`` instead compiles each program of the model's call twice, with
+fireclay-triton's kept workspace (``keep_workspace``) off and on, and times the two sets of
+programs taking turns sample by sample (``--clock cpu``, the default: the thread's CPU time), with
+each wrapper's work per call counted from its text: new tensors, kept storages given their bytes
+(``resize_``, a fraction of a new tensor's cost), views (strided and typed views, transposes),
+library calls, launches. In training the
+programs are the forward and the backward (a backward's inputs are copies taken at its first call:
+it overwrites the saved tensors it was given). Extern ops run for real on the CPU, so a matmul's
+time here includes its arithmetic on tiny inputs (bf16 matmuls are slow on CPUs).
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -102,9 +114,10 @@ def install_stand_ins() -> StandInDriver:
     return driver
 
 
-def compiled_programs(model_name: str):
+def compiled_programs(model_name: str, training: bool = False, dtype: str = "float32"):
     """The model compiled by fireclay for the GPU; returns (compiled model, inputs, [(compiled
-    program, its inputs)] as the model's call ran them)."""
+    program, its inputs)] as the model's call ran them; in training the forward's and the
+    backward's, their inputs copied before the call)."""
     import fireclay
     import fireclay_triton
     import fireclay_triton.api as api
@@ -121,7 +134,8 @@ def compiled_programs(model_name: str):
         call = compiled._call
 
         def first(*inputs):
-            programs.append((compiled, inputs))
+            programs.append((compiled, tuple(x.clone() if training and isinstance(x, torch.Tensor) else x
+                                             for x in inputs)))
             compiled._call = call
             return call(*inputs)
 
@@ -130,12 +144,78 @@ def compiled_programs(model_name: str):
 
     api.compile_program = fireclay_triton.compile_program = compile_in_foreground
     built = get_model(model_name).build("small")
-    module = built.module.eval()
+    module = (built.module.train() if training else built.module.eval()).to(getattr(torch, dtype))
     inputs = built.inputs(3, tiny=True)
     compiled = fireclay.compile(module)
-    with torch.no_grad():
-        compiled(*inputs.args, **inputs.kwargs)
+    with torch.set_grad_enabled(training):
+        out = compiled(*inputs.args, **inputs.kwargs)
+        if training:
+            (out.logits if hasattr(out, "logits") else out[0]).float().sum().backward()
     return compiled, inputs, programs
+
+
+def _clock(name: str):
+    return time.thread_time if name == "cpu" else time.perf_counter
+
+
+def interleaved(callables: dict, calls: int, repeats: int, clock) -> dict[str, float]:
+    """Median microseconds per call of each callable, the callables taking turns sample by sample."""
+    for fn in callables.values():
+        for _ in range(min(calls, 30)):
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in callables}
+    for _ in range(repeats):
+        for name, fn in callables.items():
+            start = clock()
+            for _ in range(calls):
+                fn()
+            samples[name].append((clock() - start) / calls * 1e6)
+    return {name: statistics.median(s) for name, s in samples.items()}
+
+
+WORK = {  # what a wrapper line does, by the text that does it
+    "new tensors": r"torch\.empty(_strided)?\(",
+    "bytes given": r"\.resize_\([1-9]",
+    "views": r"\.as_strided\(|\bview\(|\btyped\(|\.t\(\)",
+    "library calls": r"\bop_aten_\w+\(|\blinear\(",
+    "launches": r"^\s*kernel\d+\(",
+}
+
+
+def work_per_call(programs) -> dict[str, int]:
+    """Each kind of work (WORK) the programs' wrappers do per call, from their text: the call's
+    own lines (a kept workspace is made once, not per call)."""
+    counts = dict.fromkeys(WORK, 0)
+    for compiled, _ in programs:
+        call = compiled.wrapper_source.split("\ndef new_workspace(")[0]
+        for kind, pattern in WORK.items():
+            counts[kind] += len(re.findall(pattern, call, re.M))
+    return counts
+
+
+def compare_workspace(name: str, training: bool, dtype: str, calls: int, repeats: int, clock: str) -> None:
+    """The model's programs with the kept workspace off and on, interleaved (see the module doc)."""
+    from fireclay_triton import Config
+    from fireclay_triton.api import compile_program
+
+    _, _, programs = compiled_programs(name, training, dtype)
+    variants = {}
+    for label, keep in (("off", False), ("on", True)):
+        variants[label] = [(compile_program(p.scheduled, cfg=Config(keep_workspace=keep, autotune=False)), inputs)
+                           for p, inputs in programs]
+
+    def runner(progs):
+        def run():
+            for compiled, inputs in progs:
+                compiled(*inputs)
+        return run
+
+    with torch.no_grad():
+        us = interleaved({label: runner(progs) for label, progs in variants.items()}, calls, repeats, _clock(clock))
+    mode = "training" if training else "inference"
+    work = {label: work_per_call(progs) for label, progs in variants.items()}
+    print(f"{name:8s} {mode:9s} {dtype:8s} {us['off']:9.1f} {us['on']:9.1f} {us['on'] - us['off']:+8.1f} "
+          + "  ".join(f"{work['off'][k]:4d}->{work['on'][k]:<4d}" for k in WORK))
 
 
 def per_call_us(fn, calls: int, repeats: int = 7) -> float:
@@ -164,10 +244,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="bert,llama")
     parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--compare-workspace", action="store_true",
+                        help="the programs with fireclay-triton's kept workspace off and on, interleaved")
+    parser.add_argument("--mode", choices=["inference", "training"], default="inference",
+                        help="with --compare-workspace: the forward, or the forward and the backward")
+    parser.add_argument("--dtype", default="float32", help="with --compare-workspace: the model's dtype")
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(1)
     driver = install_stand_ins()
     print(f"launch stand-in: {'a C function through ctypes' if driver.foreign else 'a Python function'}")
+    if args.compare_workspace:
+        print(f"microseconds per call of the programs ({args.clock} clock, median of {args.repeats}); "
+              "work per call, workspace off->on")
+        print(f"{'model':8s} {'mode':9s} {'dtype':8s} {'off us':>9s} {'on us':>9s} {'change':>8s} "
+              + "  ".join(f"{k:>10s}" for k in WORK))
+        for name in args.models.split(","):
+            compare_workspace(name, args.mode == "training", args.dtype, args.calls, args.repeats, args.clock)
+        return
     print(f"{'model':10s} {'launches':>8s} {'views':>6s} {'programs us':>12s} {'per launch us':>14s} "
           f"{'model call us':>14s}")
     for name in args.models.split(","):

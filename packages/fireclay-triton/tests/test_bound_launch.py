@@ -284,6 +284,9 @@ def test_split_reductions_bind_both_launches(driver, tmp_path):
             assert launch["values"][3:] == was["values"][3:] and launch["grid"] == was["grid"]
             assert launch["stream"] == 0x5000
         assert main["values"][2] == finish["values"][2]
+    # the workspace is one tensor kept across launches, holding no memory between them
+    (ws, storage), = bound.__closure__[[c for c in bound.__code__.co_freevars].index("pool")].cell_contents
+    assert storage.nbytes() == 0 and ws.untyped_storage().nbytes() == 0
     assert len(driver.kernels) == 2
     bound(1, stream, torch.empty(800000), torch.empty(8))  # another device: back to the launcher
     assert not driver.launches[-1]["bound"] and launcher.namespace["kernel0"] is not bound

@@ -81,7 +81,8 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
     cache_dir = cache_folder_or_private(cfg.resolved_cache_dir())
     namespace: dict[str, Any] = {"torch": torch, "as_base": runtime.as_base, "typed": runtime.typed,
                                  "view": runtime.view, "conform": runtime.conform,
-                                 "pick_device": runtime.pick_device,
+                                 "pick_device": runtime.pick_device, "workspaces": [],
+                                 "linear": torch.nn.functional.linear,
                                  "launch_target": runtime.interpreted_target if interpret else runtime.launch_target}
     launchers: dict[str, runtime.Launcher] = {}
     if kernels:
@@ -97,7 +98,7 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
                                                  sizes=(constant_size(k.numel), constant_size(k.rnumel)))
             launchers[k.name].namespace = namespace  # where the launcher puts its bound launches
     namespace.update(launchers)
-    wrapper = generate_wrapper(scheduled, {k.name: k for k in kernels})
+    wrapper = generate_wrapper(scheduled, {k.name: k for k in kernels}, keep_workspace=cfg.keep_workspace)
     for var, op in wrapper.namespace_ops.items():
         namespace[var] = runtime.aten_op(op)
     namespace.update(wrapper.constants)

@@ -117,15 +117,28 @@ def bind_split(general: Callable, first: Callable, finish: Callable, size: int, 
                index: int) -> Callable:
     """A split reduction's launch: a float32 workspace of ``size`` elements on ``device`` (whose
     index is ``index``), then ``first`` and ``finish`` (bound driver launches taking the
-    program's buffers and the workspace); on another device, ``general`` (the launcher)."""
-    empty, f32 = torch.empty, torch.float32
+    program's buffers and the workspace); on another device, ``general`` (the launcher).
+
+    The workspace is a tensor made once whose storage is given its bytes for the two launches and
+    gives them back after (``resize_``: one allocator call each way, where a new tensor costs
+    several microseconds per launch); a launch takes it from a pool, so a launch on another
+    thread makes its own."""
+    nbytes = size * torch.float32.itemsize
+    pool: list[tuple[torch.Tensor, Any]] = []
 
     def launch(dev: int, stream: Any, *buffers: Any) -> None:
         if dev != index:
             return general(dev, stream, *buffers)
-        ws = empty(size, dtype=f32, device=device)
+        if pool:
+            ws, storage = pool.pop()
+            storage.resize_(nbytes)
+        else:
+            ws = torch.empty(size, dtype=torch.float32, device=device)
+            storage = ws.untyped_storage()
         first(dev, stream, *buffers, ws)
         finish(dev, stream, *buffers, ws)
+        storage.resize_(0)  # freed once the launches are queued, as a tensor going out of scope is
+        pool.append((ws, storage))
         return None
 
     return launch

@@ -40,6 +40,9 @@ class Config(Settings, section="triton"):
                                                 "usable CPU count)")
     compile_pool: str = setting("", "where kernels compile ahead: threads (in this process) or processes "
                                     "(the compile server); empty: processes on 4 or more CPUs that can fork")
+    keep_workspace: bool = setting(True, "keep the memory only a call's temporaries use as storages whose views "
+                                         "are made once, given their bytes where the memory plan allocates "
+                                         "(off: new tensors and views every call)")
     direct_launch: bool = setting(True, "launch kernels through fireclay's own driver calls (off: through "
                                         "Triton's fn[grid](...))")
 
