@@ -109,6 +109,10 @@ CASES = (
         case("_to_copy.default", A, dtype=torch.int64, id="to_copy.int64"),
         case("_to_copy.default", T(4, 8, dtype=I64), dtype=torch.float32, id="to_copy.from_int"),
         case("clone.default", T(4, 8, transposed=True), id="clone.transposed_input"),
+        case("copy.default", A, B),
+        case("copy.default", A, T(8), id="copy.broadcast_src"),
+        case("copy.default", T(4, 8, dtype=F64), T(4, 8, dtype=I64), id="copy.int_into_f64"),
+        case("copy.default", T(4, 8, transposed=True), B, id="copy.into_transposed"),
         case("nan_to_num.default", A),
         # reductions
         case("sum.default", A),

@@ -36,6 +36,8 @@ class Config(Settings, section="loops"):
     max_fusion_rounds: int = setting(16, "most rounds of greedy fusion")
     max_permutation_rank: int = setting(5, "highest rank whose loop orders are tried")
     max_inline_ops: int = setting(24, "longest producer body recomputed in its consumers")
+    max_lazy_loads: int = setting(32, "most memory loads a lazily computed value (a scatter into a view, a "
+                                      "concatenation, a gather) repeats in each consumer before it is stored")
     verify: bool = setting(True, "verify every schedule")
     merge_loops: bool = setting(True, "merge a kernel's adjacent loops that every index walks as one")
     channels_last: tuple[str, ...] = setting(("cpu", "cuda"), "device types whose programs with 2-D "

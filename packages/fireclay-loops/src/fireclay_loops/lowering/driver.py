@@ -16,6 +16,7 @@ import sympy
 
 from fireclay_ir import Program, ScalarType, TensorMeta, Value
 from fireclay_loops import dtypes, exprs, layout
+from fireclay_loops.config import config
 from fireclay_loops.errors import LoweringError
 from fireclay_loops.ir import Buffer, Constant, ExternNode, InputBufferNode, LoopProgram, OutputBufferNode
 from fireclay_loops.lowering import (  # noqa: F401  (importing registers the rules)
@@ -86,7 +87,7 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
             raise LoweringError(f"lowering of {node.op} gave {len(results)} results for "
                                 f"{len(node.outputs)} outputs", node)
         for out, r in zip(node.outputs, results):
-            ctx.env[out] = r
+            ctx.env[out] = _stored_if_long(ctx, r)
     ctx.node = None
     outputs: list[Any] = []
     # Outputs only a backward reads keep the layout they were computed in (see SAVED_OUTPUTS).
@@ -116,6 +117,17 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
             outputs.append(Constant(v))
     ctx.out.nodes.append(OutputBufferNode("output", outputs))
     return ctx.out
+
+
+def _stored_if_long(ctx: LoweringContext, value: Any) -> Any:
+    """``value``, stored into a buffer when it is a lazily computed value whose loads exceed
+    ``config.max_lazy_loads``. Each consumer records a lazy value's loads again, and a chain of
+    scatters into views of one tensor (the functionalized form of ``attn[..., i, :i] = row`` in a
+    loop over rows) reads the previous link twice: left lazy, the i-th link's body would record
+    2**i loads. Stored past the limit, a chain of N updates lowers in work linear in N."""
+    if isinstance(value, GeneratedValue) and value.loads > config.max_lazy_loads:
+        return ctx.realize(value)
+    return value
 
 
 def _output_strides(o: Any, v: TensorValue) -> list[sympy.Expr]:
@@ -157,7 +169,7 @@ def _same_layout(v: BufferValue, stride: Sequence[Any], exact: bool = False) -> 
 def _as_contiguous_copy(v: TensorValue) -> TensorValue:
     # A view that is returned gets its own buffer: outputs never alias other buffers' storage.
     if isinstance(v, BufferValue):
-        return GeneratedValue(v.size, v.dtype, v.device, v.load)
+        return GeneratedValue(v.size, v.dtype, v.device, v.load, reads=[v])
     return v
 
 

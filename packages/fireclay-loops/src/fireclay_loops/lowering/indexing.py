@@ -44,7 +44,7 @@ def lower_gather(ctx, x, dim, index, sparse_grad=False):
             old[dim] = _indirect(ctx, index, idx, x.size[dim], mask, False, site)
         return x.load(old, mask)
 
-    return GeneratedValue(index.size, x.dtype, x.device, fn)
+    return GeneratedValue(index.size, x.dtype, x.device, fn, reads=[x, index])
 
 
 @register_lowering("index_select.default")
@@ -60,7 +60,7 @@ def lower_index_select(ctx, x, dim, index):
             old[dim] = _indirect(ctx, index, pos, x.size[dim], mask, False, site)
         return x.load(old, mask)
 
-    return GeneratedValue(size, x.dtype, x.device, fn)
+    return GeneratedValue(size, x.dtype, x.device, fn, reads=[x, index])
 
 
 @register_lowering("embedding.default")
@@ -73,7 +73,7 @@ def lower_embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=Fal
         row = _indirect(ctx, indices, list(idx[:k]), weight.size[0], mask, False, site)
         return weight.load([row, idx[k]], mask)
 
-    return GeneratedValue(size, weight.dtype, weight.device, fn)
+    return GeneratedValue(size, weight.dtype, weight.device, fn, reads=[weight, indices])
 
 
 @register_lowering("index.Tensor")
@@ -101,7 +101,7 @@ def lower_index(ctx, x, indices):
             old[k] = idx[j]
         return x.load(old, mask)
 
-    return GeneratedValue(size, x.dtype, x.device, fn)
+    return GeneratedValue(size, x.dtype, x.device, fn, reads=[x, *tensors])
 
 
 @register_lowering("one_hot.default")
@@ -122,7 +122,7 @@ def lower_one_hot(ctx, x, num_classes=-1):
         here = ops.eq(cls, ops.to_dtype(ops.index_expr(idx[-1], "int64"), "int64"))
         return ops.to_dtype(here, dtype)
 
-    return GeneratedValue(size, dtype, device, fn)
+    return GeneratedValue(size, dtype, device, fn, reads=[x])
 
 
 # --------------------------------------------------------------------------- cat, stack, pad
@@ -155,7 +155,7 @@ def lower_cat(ctx, tensors, dim=0):
             offset = offset + n
         return out
 
-    return GeneratedValue(size, dtype, device, fn)
+    return GeneratedValue(size, dtype, device, fn, reads=parts)
 
 
 @register_lowering("stack.default")
@@ -184,7 +184,7 @@ def lower_constant_pad_nd(ctx, x, pad, value=0):
             return x.load(old, outer)
         return ops.where(mask, ops.to_dtype(x.load(old, mask), compute), ops.constant(value, compute))
 
-    return GeneratedValue(size, dtype, device, fn)
+    return GeneratedValue(size, dtype, device, fn, reads=[x])
 
 
 # --------------------------------------------------------------------------- scatters of views
@@ -226,7 +226,7 @@ def lower_slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
         new = ops.to_dtype(src.load(shifted, load_mask), compute)
         return ops.where(inside, new, ops.to_dtype(x.load(list(idx), outer), compute))
 
-    return GeneratedValue(size, dtype, device, fn)
+    return GeneratedValue(size, dtype, device, fn, reads=[x, src])
 
 
 @register_lowering("select_scatter.default")
@@ -245,7 +245,7 @@ def lower_select_scatter(ctx, x, src, dim, index):
         new = ops.to_dtype(src.load(list(idx[:dim]) + list(idx[dim + 1:]), load_mask), compute)
         return ops.where(here, new, ops.to_dtype(x.load(list(idx), outer), compute))
 
-    return GeneratedValue(size, dtype, device, fn)
+    return GeneratedValue(size, dtype, device, fn, reads=[x, src])
 
 
 # --------------------------------------------------------------------------- constants, ranges

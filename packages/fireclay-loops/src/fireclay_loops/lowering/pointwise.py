@@ -343,6 +343,18 @@ def lower_copy(ctx, x, *args, **kwargs):
     return lower_pointwise(ctx, [x], lambda v: v, compute=dtype)
 
 
+@register_lowering("copy.default")
+def lower_copy_into(ctx, x, src, non_blocking=False):
+    """The functional copy: ``src`` broadcast to ``x``'s shape in ``x``'s dtype. Functionalization
+    writes ``view[...] = value`` as copy(view, value) scattered back into the base; ``x``'s values
+    are never read, so a lazily computed ``x`` (a view of a chain of such scatters) is not stored
+    just to be overwritten, as a library call would need it."""
+    _, dtype, device = ctx.out_meta()
+    if isinstance(src, TensorValue) and _device_kind(device) != _device_kind(src.device):
+        return fallback(ctx, kind="extern")
+    return lower_pointwise(ctx, [src], lambda v: v, compute=dtype)
+
+
 def _device_kind(device: str) -> str:
     """The device a kernel would run on, with "cuda" meaning "cuda:0" as eager does."""
     return device if ":" in device or device in ("cpu", "meta") else f"{device}:0"

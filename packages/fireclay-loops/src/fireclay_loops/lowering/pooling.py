@@ -110,7 +110,9 @@ def lower_max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dil
             chosen = ops.where(take, ops.index_expr(exprs.as_expr(flat), "int64"), chosen)
         return ops.to_dtype(chosen, idtype)
 
-    return (ctx.pointwise(size, dtype, device, values), GeneratedValue(isize, idtype, device, indices))
+    # the indices are recomputed by their reader (a backward), loading the whole window again
+    return (ctx.pointwise(size, dtype, device, values),
+            GeneratedValue(isize, idtype, device, indices, reads=[x] * (kernel[0] * kernel[1])))
 
 
 def _lowest(dtype: str):

@@ -3,8 +3,10 @@
 * :class:`BufferValue` — a strided view of a buffer (offset + sum of index * stride);
 * :class:`MappedValue` — another value read through an index map (views strides cannot express,
   such as reshaping a transposed tensor);
-* :class:`GeneratedValue` — computed from the index alone (constants, iota, random numbers),
-  never stored unless a consumer needs memory.
+* :class:`GeneratedValue` — computed from the index alone (constants, iota, random numbers)
+  or from other values at other indices (gathers, concatenations, scatters of views), recorded
+  again by each consumer's load and never stored unless a consumer needs memory or
+  :attr:`~TensorValue.loads` grows past ``config.max_lazy_loads`` (the lowering then stores it).
 
 Views are index arithmetic: :func:`view` composes an index map with a value and, when the
 result is still affine over a buffer, folds it back into a :class:`BufferValue`.
@@ -25,6 +27,11 @@ Index = list[Any]  # a list of sympy expressions, one per dimension
 
 
 class TensorValue:
+    # Memory loads one ``load`` of this value records: a lazily computed value repeats its
+    # operands' loads in every consumer, and a chain of scatters into views of one tensor
+    # (functionalized in-place row updates) reads the chain twice per link.
+    loads: int = 1
+
     def __init__(self, size: Sequence[Any], dtype: str, device: str):
         self.size = [exprs.as_expr(s) for s in size]
         self.dtype = dtype
@@ -73,6 +80,7 @@ class MappedValue(TensorValue):
         super().__init__(size, base.dtype, base.device)
         self.base = base
         self.index_map = index_map
+        self.loads = base.loads
 
     def load(self, index: Index, mask: Any = None) -> Any:
         return self.base.load(self.index_map(index), mask)
@@ -80,11 +88,14 @@ class MappedValue(TensorValue):
 
 class GeneratedValue(TensorValue):
     """``fn(index, mask)`` computes the value; any load it makes must honour ``mask`` (points
-    where the mask is false may lie outside every buffer)."""
+    where the mask is false may lie outside every buffer). ``reads``: the values ``fn`` loads,
+    once each per call (listed twice if loaded twice), for :attr:`loads`."""
 
-    def __init__(self, size: Sequence[Any], dtype: str, device: str, fn: Callable[[Index, Any], Any]):
+    def __init__(self, size: Sequence[Any], dtype: str, device: str, fn: Callable[[Index, Any], Any],
+                 reads: Sequence[Any] = ()):
         super().__init__(size, dtype, device)
         self.fn = fn
+        self.loads = loads_of(reads)
 
     def load(self, index: Index, mask: Any = None) -> Any:
         return self.fn(index, mask)
@@ -112,8 +123,14 @@ def view(value: TensorValue, size: Sequence[Any], index_map: Callable[[Index], I
         def load(idx: Index, mask: Any = None) -> Any:
             return fn(index_map(idx), mask)
 
-        return GeneratedValue(size, value.dtype, value.device, load)
+        return GeneratedValue(size, value.dtype, value.device, load, reads=[value])
     return MappedValue(value, size, index_map)
+
+
+def loads_of(values: Sequence[Any]) -> int:
+    """Memory loads that loading each tensor value of ``values`` once records (scalars and
+    None count nothing)."""
+    return sum(v.loads for v in values if isinstance(v, TensorValue))
 
 
 def _affine(flat: sympy.Expr, probe: list[sympy.Symbol]) -> tuple[sympy.Expr, list[sympy.Expr]] | None:
