@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import copy
+import functools
 import inspect
 import math
 import operator
@@ -356,6 +357,21 @@ def _map(tx, fn: Var, *iterables: Var) -> Var:
     return IteratorVar([fn.call(tx, list(group), {}) for group in zip(*lists)])
 
 
+def _functools_reduce(tx, fn: Var, iterable: Var, *initial: Var) -> Var:
+    """``functools.reduce``: ``fn`` called in the trace on the running value and each item
+    (Reformer checks ``reduce(mul, axial_pos_shape)`` against the sequence length)."""
+    items = _iterate(tx, iterable)
+    if initial:
+        acc = initial[0]
+    elif items:
+        acc, items = items[0], items[1:]
+    else:
+        raise ObservedException(TypeError, "reduce() of empty iterable with no initial value")
+    for item in items:
+        acc = fn.call(tx, [acc, item], {})
+    return acc
+
+
 def _filter(tx, fn: Var, iterable: Var) -> Var:
     items = _iterate(tx, iterable)
     if isinstance(fn, ConstVar) and fn.value is None:
@@ -497,6 +513,7 @@ BUILTIN_RULES: dict[Any, Callable[..., Var]] = {
     builtins.reversed: _reversed,
     builtins.sorted: _sorted,
     builtins.map: _map,
+    functools.reduce: _functools_reduce,
     builtins.filter: _filter,
     builtins.iter: _iter,
     builtins.next: _next,

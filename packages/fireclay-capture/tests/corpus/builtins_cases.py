@@ -1,5 +1,5 @@
 """Builtins: len, isinstance, getattr/hasattr, range, enumerate, zip, min, max, abs, sum, all,
-any, int, float, bool, sorted, reversed, map, filter, type."""
+any, int, float, bool, sorted, reversed, map, filter, type, functools.reduce."""
 
 import torch
 
@@ -101,3 +101,15 @@ def list_tuple_dict_constructors(x):
 @case(x34)
 def max_over_generator(x):
     return x * max(i * 2 for i in range(4)), min((3, 1, 2))
+
+
+@case(x34)
+def functools_reduce(x):
+    # Reformer: reduce(mul, axial_pos_shape) < sequence_length
+    import functools
+    import operator
+
+    n = functools.reduce(operator.mul, (2, 3, 4))
+    total = functools.reduce(lambda a, b: a + b * b, [x, x.sin(), x.cos()])
+    started = functools.reduce(operator.add, [], x * 2)
+    return x * n + total, started, functools.reduce(max, x.shape, 1)
