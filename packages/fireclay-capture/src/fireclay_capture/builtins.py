@@ -8,6 +8,7 @@ import contextlib
 import copy
 import functools
 import inspect
+import itertools
 import math
 import operator
 import types
@@ -372,6 +373,59 @@ def _functools_reduce(tx, fn: Var, iterable: Var, *initial: Var) -> Var:
     return acc
 
 
+def _constant_int(v: Var, what: str) -> int:
+    if not v.is_constant() or not isinstance(v.as_python_constant(), int):
+        raise Unsupported(f"{what} that is not a constant int")
+    return v.as_python_constant()
+
+
+# itertools: finite iterators, made into their items at trace time (torch.nn.modules.utils'
+# ``_ntuple`` builds ``tuple(repeat(x, n))`` for a convolution's sizes).
+def _repeat(tx, obj: Var, times: Var | None = None) -> Var:
+    if times is None:
+        raise Unsupported("itertools.repeat without a count (an endless iterator)")
+    return IteratorVar([obj] * max(_constant_int(times, "itertools.repeat count"), 0))
+
+
+def _chain(tx, *iterables: Var) -> Var:
+    return IteratorVar([item for it in iterables for item in _iterate(tx, it)])
+
+
+def _product(tx, *iterables: Var, repeat: Var | None = None) -> Var:
+    pools = [_iterate(tx, it) for it in iterables] * (1 if repeat is None else _constant_int(repeat, "repeat"))
+    return IteratorVar([TupleVar(list(group)) for group in itertools.product(*pools)])
+
+
+def _islice(tx, iterable: Var, *bounds: Var) -> Var:
+    limits = [None if b.is_constant() and b.as_python_constant() is None else _constant_int(b, "islice bound")
+              for b in bounds]
+    return IteratorVar(_iterate(tx, iterable)[slice(*limits)])
+
+
+def _pairwise(tx, iterable: Var) -> Var:
+    items = _iterate(tx, iterable)
+    return IteratorVar([TupleVar([a, b]) for a, b in zip(items, items[1:])])
+
+
+def _accumulate(tx, iterable: Var, func: Var | None = None, *, initial: Var | None = None) -> Var:
+    items = _iterate(tx, iterable)
+    if initial is not None and not (initial.is_constant() and initial.as_python_constant() is None):
+        items = [initial] + items
+    out: list[Var] = []
+    for item in items:
+        if not out:
+            out.append(item)
+        elif func is None or (func.is_constant() and func.as_python_constant() is None):
+            out.append(apply_operator(tx, operator.add, [out[-1], item]))
+        else:
+            out.append(func.call(tx, [out[-1], item], {}))
+    return IteratorVar(out)
+
+
+def _starmap(tx, fn: Var, iterable: Var) -> Var:
+    return IteratorVar([fn.call(tx, _iterate(tx, args), {}) for args in _iterate(tx, iterable)])
+
+
 def _filter(tx, fn: Var, iterable: Var) -> Var:
     items = _iterate(tx, iterable)
     if isinstance(fn, ConstVar) and fn.value is None:
@@ -514,6 +568,13 @@ BUILTIN_RULES: dict[Any, Callable[..., Var]] = {
     builtins.sorted: _sorted,
     builtins.map: _map,
     functools.reduce: _functools_reduce,
+    itertools.repeat: _repeat,
+    itertools.chain: _chain,
+    itertools.product: _product,
+    itertools.islice: _islice,
+    itertools.pairwise: _pairwise,
+    itertools.accumulate: _accumulate,
+    itertools.starmap: _starmap,
     builtins.filter: _filter,
     builtins.iter: _iter,
     builtins.next: _next,

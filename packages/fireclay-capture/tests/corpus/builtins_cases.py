@@ -1,5 +1,5 @@
 """Builtins: len, isinstance, getattr/hasattr, range, enumerate, zip, min, max, abs, sum, all,
-any, int, float, bool, sorted, reversed, map, filter, type, functools.reduce."""
+any, int, float, bool, sorted, reversed, map, filter, type, functools.reduce, itertools."""
 
 import torch
 
@@ -113,3 +113,20 @@ def functools_reduce(x):
     total = functools.reduce(lambda a, b: a + b * b, [x, x.sin(), x.cos()])
     started = functools.reduce(operator.add, [], x * 2)
     return x * n + total, started, functools.reduce(max, x.shape, 1)
+
+
+@case(x34)
+def itertools_finite_iterators(x):
+    # torch.nn.modules.utils._ntuple: tuple(repeat(x, n)) for a convolution's sizes (UnivNet)
+    import itertools
+    import operator
+
+    pads = tuple(itertools.repeat(1, 2))
+    both = list(itertools.chain([x], (x.cos(),)))
+    grid = [a * b for a, b in itertools.product(range(2), (1, 3))]
+    first = list(itertools.islice([x, x + 1, x + 2, x + 3], 1, None, 2))
+    steps = [b - a for a, b in itertools.pairwise([x, x.exp(), x.sin()])]
+    running = list(itertools.accumulate([x, x, x], operator.mul))
+    sums = list(itertools.accumulate((1, 2, 3), initial=10))
+    pairs = list(itertools.starmap(operator.add, [(x, 1.0), (x, x)]))
+    return pads, both, grid, first, steps, running, sums, pairs

@@ -7,6 +7,7 @@ import builtins
 import contextlib
 import dataclasses
 import functools
+import itertools
 import logging
 import math
 import operator
@@ -59,7 +60,9 @@ def _is_builtin_callable(value: Any) -> bool:
 
 
 _BUILTIN_TYPES = {int, float, bool, str, tuple, list, dict, set, frozenset, range, enumerate, zip,
-                  slice, type, reversed, map, filter, super, object, complex, bytes, isinstance}
+                  slice, type, reversed, map, filter, super, object, complex, bytes, isinstance,
+                  itertools.repeat, itertools.chain, itertools.product, itertools.islice, itertools.pairwise,
+                  itertools.accumulate, itertools.starmap}
 
 
 def _is_cond(value: Any) -> bool:
