@@ -203,7 +203,10 @@ def special_token_ids(config: Any) -> set[int]:
 
 def _first(config: Any, names: tuple[str, ...], default: Any, subs: tuple[str, ...] = ()) -> Any:
     for sub in (None, *subs):
-        c = config if sub is None else getattr(config, sub, None)
+        try:
+            c = config if sub is None else getattr(config, sub, None)
+        except Exception:  # a sub-config built on access that does not validate at the tiny sizes
+            c = None
         if c is None:
             continue
         for name in names:

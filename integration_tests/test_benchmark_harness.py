@@ -298,6 +298,22 @@ def test_sweep_rebuilds_derived_config_values_and_makes_pixels():
         model(**candidate.kwargs)
 
 
+def test_sweep_sizes_skip_sub_configs_that_fail_to_build():
+    """A sub-config built on attribute access that does not validate at the tiny sizes
+    (WavTokenizer's encoder_config) is no source of sizes; it used to end the architecture as a
+    harness error instead of a skip."""
+    from benchmarks.sweep_models import _first
+
+    class Broken:
+        hidden_size = None
+
+        @property
+        def vision_config(self):
+            raise ValueError("codebook_dim must equal hidden_size")
+
+    assert _first(Broken(), ("image_size",), 32, ("vision_config",)) == 32
+
+
 def test_sweep_compares_every_output_and_random_models_by_shape():
     from benchmarks.sweep_run import compare, flatten
 
