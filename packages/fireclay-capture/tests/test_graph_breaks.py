@@ -380,3 +380,48 @@ def test_break_in_try_of_a_function_with_cells():
         torch.testing.assert_close(out, ref)
         assert k == ref_k
     assert compiled.stats.fallbacks == 0 and compiled.break_count() >= 2
+
+
+# A break inside a called function that first assigned a variable its own inner function closes
+# over (Reformer's and ViLT's embeddings): the cell is the callee's, made again when the call runs
+# for real, so the caller splits there instead of running eagerly.
+def _callee_with_own_cell(x):
+    scale = 1.0
+
+    def scaled(t):
+        return t * scale
+
+    scale = 3.0  # a write to the callee's own cell
+    y = scaled(x)
+    return y + x.sum().item()  # the break, inside the callee
+
+
+def _caller_of_own_cell(x):
+    y = x.cos()
+    return _callee_with_own_cell(y) * 2
+
+
+# The same break after the callee wrote a cell of the caller's: running the callee again for
+# real would see the caller's state changed twice, so the caller still runs eagerly.
+def _caller_whose_cell_changes(x):
+    count = 0
+
+    def bump_then_break(t):
+        nonlocal count
+        count += 1
+        return t + t.sum().item()
+
+    y = bump_then_break(x.cos())
+    return y * count
+
+
+@pytest.mark.parametrize("fn,splits", [(_caller_of_own_cell, True), (_caller_whose_cell_changes, False)],
+                         ids=["callee_cell", "caller_cell"])
+def test_break_after_a_callee_wrote_a_cell(fn, splits):
+    compiled = capture(fn)
+    for _ in range(3):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), fn(x))
+    root_breaks = sum(e.graph_break is not None for e in compiled.cache.entries)
+    # split: the caller's graph, the callee run for real (itself split at its .item()), the rest
+    assert (root_breaks, compiled.stats.fallbacks) == ((1, 0) if splits else (0, 1))

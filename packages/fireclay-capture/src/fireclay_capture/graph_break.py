@@ -158,11 +158,20 @@ def _snapshot_at(frame) -> BreakSnapshot:
 def _check_resumable(tx, code: types.CodeType, snap: BreakSnapshot) -> None:
     if suspends(code):
         raise Unsupported("graph breaks in generators and coroutines (the function runs eagerly)")
-    if tx.mutations != snap.mutations:
+    if any(not _made_by_the_call(v, snap) for v in tx.mutated[snap.mutations:]):
         raise Unsupported("a called function changed lists, dicts or objects of the caller before "
                           "its graph break")
     if len(tx.entered_contexts) != snap.n_contexts:
         raise Unsupported("a graph break inside a context manager entered by a called function")
+
+
+def _made_by_the_call(var, snap: BreakSnapshot) -> bool:
+    """Whether a change the broken call made touched only state the call itself created: a
+    closure cell of a function it called (Reformer's and ViLT's embeddings assign variables their
+    inner functions close over). Those cells are made again when the call runs for real; the
+    caller cannot see them, as anything it can see existed before the call, and storing a new
+    cell into such an object is itself a change the caller sees."""
+    return isinstance(var, CellVar) and var.real_cell is None and var.born > snap.cells_made
 
 
 def _rewind(tx, snap: BreakSnapshot) -> None:

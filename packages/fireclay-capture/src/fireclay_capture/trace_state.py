@@ -39,6 +39,8 @@ class TraceState(Protocol):
     # Changes to lists, dicts, objects and cells made inside the trace, counted so that a graph
     # break inside an inlined call knows whether the callee changed state the caller can see.
     mutations: int
+    mutated: list[Any]  # what each of those changes changed (None where it names nothing)
+    cells_made: int  # closure cells the trace has made (CellVar.born numbers them)
 
     # -- values read from outside the trace
     def wrap(self, value: Any, source: Source | None, *, weight: tuple[str, str] | None = None,
@@ -64,7 +66,11 @@ class TraceState(Protocol):
         ...
 
     # -- state the graph or the replay must reproduce
-    def note_mutation(self) -> None: ...
+    def note_mutation(self, var: Any = None) -> None: ...
+
+    def new_cell(self, contents: Any = ...) -> CellVar:
+        """A closure cell made inside the trace (MAKE_CELL), numbered in order."""
+        ...
 
     def set_grad_enabled(self, enabled: bool) -> None: ...
 

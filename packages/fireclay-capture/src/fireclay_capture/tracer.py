@@ -21,7 +21,7 @@ from fireclay_capture.errors import Unsupported
 from fireclay_capture.guards import GuardSet, global_state
 from fireclay_capture.side_effects import SideEffects
 from fireclay_capture.sources import Source, clean_name
-from fireclay_capture.variables.base import CellVar, Var
+from fireclay_capture.variables.base import NULL, CellVar, Var
 from fireclay_capture.variables.builder import wrap, wrap_container
 from fireclay_capture.variables.tensor import TensorVar, device_str, fake_from_real, meta_of
 from fireclay_capture.variables.torch_names import GRAD_MODE_OP
@@ -66,7 +66,8 @@ class Tracer:
         # Changes to lists, dicts, objects and cells made inside the trace, counted so that a
         # graph break inside an inlined call knows whether the callee changed state the caller
         # can see (then the callee cannot simply run again for real, and the frame runs eagerly).
-        self.mutations = 0
+        self.mutated: list[Any] = []  # what changed, in order (None where the change names nothing)
+        self.cells_made = 0  # closure cells made by the trace so far (CellVar.born)
         self.handled_exception = None  # the exception an `except` block of the trace is handling
 
     # -- inputs
@@ -199,8 +200,17 @@ class Tracer:
     def call_builtin(self, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
         return call_builtin(self, fn, args, kwargs)
 
-    def note_mutation(self) -> None:
-        self.mutations += 1
+    @property
+    def mutations(self) -> int:
+        return len(self.mutated)
+
+    def note_mutation(self, var: Any = None) -> None:
+        self.mutated.append(var)
+
+    def new_cell(self, contents: Any = NULL) -> CellVar:
+        """A closure cell made inside the trace, numbered in the order cells are made."""
+        self.cells_made += 1
+        return CellVar(contents, born=self.cells_made)
 
     def cell_var(self, cell: Any, source: Source) -> CellVar:
         """The one CellVar of a real closure cell in this trace (a write through one function or

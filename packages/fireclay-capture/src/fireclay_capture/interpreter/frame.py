@@ -73,6 +73,7 @@ class BreakSnapshot:
     grad_enabled: bool
     n_contexts: int  # context managers entered
     mutations: int  # the trace's mutation count
+    cells_made: int  # closure cells the trace had made
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +147,7 @@ class Frame:
         # Cell variables that are also arguments start as cells holding the argument.
         for name in code.co_cellvars:
             if name not in self.cells:
-                self.cells[name] = CellVar(self.locals.pop(name, NULL))
+                self.cells[name] = tx.new_cell(self.locals.pop(name, NULL))
 
     # -- stack helpers
     def push(self, v) -> None:
@@ -178,7 +179,7 @@ class Frame:
                     self.before_break = BreakSnapshot(
                         inst=inst, stack=self.stack[:], kw_names=self.kw_names, n_nodes=len(tx.graph.nodes),
                         effects=tx.side_effects.snapshot(), grad_enabled=torch.is_grad_enabled(),
-                        n_contexts=len(tx.entered_contexts), mutations=tx.mutations)
+                        n_contexts=len(tx.entered_contexts), mutations=tx.mutations, cells_made=tx.cells_made)
                 self.ip += 1
                 self.tx.instructions_run += 1
                 if self.tx.instructions_run > config.max_instructions:

@@ -11,7 +11,7 @@ from fireclay_capture.errors import Unsupported
 from fireclay_capture.interpreter.frame import Frame, handler
 from fireclay_capture.side_effects import DELETED
 from fireclay_capture.sources import ConstSource, global_source
-from fireclay_capture.variables.base import NULL, CellVar, ConstVar
+from fireclay_capture.variables.base import NULL, ConstVar
 from fireclay_capture.variables.builder import wrap
 from fireclay_capture.variables.functions import SuperVar
 from fireclay_capture.variables.objects import ModelOutputVar, ModuleVar, NewObjectVar, ObjectVar, PyModuleVar
@@ -148,7 +148,7 @@ def store_deref(frame: Frame, inst) -> None:
 
 @handler("DELETE_DEREF")
 def delete_deref(frame: Frame, inst) -> None:
-    frame.cells[inst.argval] = CellVar()
+    frame.cells[inst.argval] = frame.tx.new_cell()
 
 
 @handler("LOAD_CLOSURE")
@@ -160,7 +160,7 @@ def load_closure(frame: Frame, inst) -> None:
 def make_cell(frame: Frame, inst) -> None:
     name = inst.argval
     if name not in frame.cells:
-        frame.cells[name] = CellVar(frame.locals.pop(name, NULL))
+        frame.cells[name] = frame.tx.new_cell(frame.locals.pop(name, NULL))
 
 
 @handler("COPY_FREE_VARS")

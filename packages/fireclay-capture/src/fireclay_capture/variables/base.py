@@ -204,11 +204,13 @@ class CellVar(Var):
     """A closure cell: made by MAKE_CELL inside the trace, or standing for a real cell of an
     inlined function (its contents read lazily, with a source)."""
 
-    def __init__(self, contents: Any = NULL, real_cell: Any = None, source: Source | None = None):
+    def __init__(self, contents: Any = NULL, real_cell: Any = None, source: Source | None = None,
+                 born: int = 0):
         self._contents = contents
         self.real_cell = real_cell
         self.source = source
         self.written = False
+        self.born = born  # TraceState.cells_made when the trace made it (0: a real cell)
 
     @property
     def contents(self) -> Any:
@@ -239,7 +241,7 @@ class CellVar(Var):
             self._contents = value
             self.written = True
             return
-        tx.note_mutation()
+        tx.note_mutation(self)
         self._contents = value
         self.written = True
 

@@ -316,7 +316,7 @@ def _note_change(tx, var, what: str) -> None:
             raise Unsupported(f"mutating a {var.python_type().__name__} that exists outside the captured function")
         tx.side_effects.mutate_container(var)
         return
-    tx.note_mutation()
+    tx.note_mutation(var)
 
 
 class SetVar(Var):
@@ -382,7 +382,7 @@ class SetVar(Var):
         if name in self._MUTATING:
             if self.source is not None:
                 raise Unsupported(f"set.{name} of a set that exists outside the captured function")
-            tx.note_mutation()
+            tx.note_mutation(self)
         if name in ("add", "discard", "remove"):
             k = _key(tx, args[0])
             if name == "add":
@@ -437,7 +437,7 @@ class SetVar(Var):
         if inplace and not reflected:
             if self.source is not None:
                 raise Unsupported("changing a set that exists outside the captured function")
-            tx.note_mutation()
+            tx.note_mutation(self)
             for k, v in o.vars.items():
                 self.vars.setdefault(k, v)
             self.real = fn(self.real, o.real)

@@ -494,7 +494,7 @@ class NewObjectVar(Var):
                                                     "(it has __slots__ and no __dict__)")
         if not _is_slot_of(self.cls, name) and _class_descriptor_sets(self.cls, name):
             raise Unsupported(f"setting {name!r} of {self.cls.__qualname__}, a data descriptor of its class")
-        tx.note_mutation()
+        tx.note_mutation(self)
         self.attrs[name] = value
 
     def __repr__(self):
@@ -661,7 +661,7 @@ class ModelOutputVar(Var):
             if any(n in self.present() for n in later):
                 raise Unsupported(f"setting the field {name!r} of a {self.cls.__name__} after later fields "
                                   "(its key would go last)")
-        tx.note_mutation()
+        tx.note_mutation(self)
         self.fields[name] = value
 
     def unpack(self, tx):

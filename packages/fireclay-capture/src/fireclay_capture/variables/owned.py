@@ -50,14 +50,14 @@ class OwnedObjectVar(Var):
         return owned_value(tx, value)
 
     def setattr(self, tx, name: str, value: Var) -> None:
-        tx.note_mutation()
+        tx.note_mutation(self)
         try:
             setattr(self.obj, name, real_value(value))
         except AttributeError as e:
             raise ObservedException(AttributeError, str(e)) from None
 
     def delattr(self, tx, name: str) -> None:
-        tx.note_mutation()
+        tx.note_mutation(self)
         try:
             delattr(self.obj, name)
         except AttributeError as e:
