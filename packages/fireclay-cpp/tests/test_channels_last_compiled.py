@@ -65,3 +65,25 @@ def test_first_convolution_reads_a_copy_made_by_a_kernel():
     inputs = make_inputs()
     for g, w in zip(compiled(*inputs), b.eager(*inputs)):
         torch.testing.assert_close(g, w, **tolerance(torch.float32))
+
+
+def test_padded_window_loops_read_without_invariant_selects():
+    """A padded max pool's windows are in or out row by row: its masks do not change along the
+    vectorised (channel) loop. GCC keeps a loop scalar for a ``?:`` on such a mask (a select or a
+    masked load); the loop instead loads at an offset that stays inside the buffer where the
+    mask is false and blends bits (``fc_blend``), and declares the masks ``int32_t``. The program
+    matches eager in the table above (``stem_padded_pool``)."""
+    from fireclay_cpp.api import generate_kernels
+
+    case = next(c for c in PROGRAMS if c.name == "stem_padded_pool")
+    program, b, make_inputs = build(case, torch.float32, seed=5)
+    scheduled = schedule(lower(program))
+    pooling = [k for k in scheduled.kernels for kn in k.nodes
+               if any("max_pool2d" in o for o in kn.node.meta.get("origins", []))]
+    sources = {s.name: s.source for s in generate_kernels(scheduled)}
+    assert pooling
+    for kernel in pooling:
+        source = sources[kernel.name]
+        hoisted, loop = source.rsplit("#pragma omp simd", 1)
+        assert "fc_blend(" in loop and " ? " not in loop, loop
+        assert not re.search(r"\bbool n\d+_t\d+ =", hoisted), hoisted

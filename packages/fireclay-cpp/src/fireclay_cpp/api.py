@@ -21,7 +21,7 @@ from fireclay_cpp.config import Config, config
 from fireclay_cpp.kernel_codegen import KernelSource, generate_kernel, simd_reductions
 from fireclay_cpp.prelude import PRELUDE
 from fireclay_cpp.wrapper_codegen import ExternCalls, generate_wrapper
-from fireclay_loops import ScheduledProgram
+from fireclay_loops import ScheduledProgram, exprs
 from fireclay_loops.backend import to_scheduled
 
 KERNELS_PER_LIBRARY = 24  # above this, a program's kernels are split over libraries built in parallel
@@ -29,8 +29,25 @@ KERNELS_PER_LIBRARY = 24  # above this, a program's kernels are split over libra
 
 def generate_kernels(scheduled: ScheduledProgram, cfg: Config = config) -> list[KernelSource]:
     prog = scheduled.program
-    return [generate_kernel(k, lambda b: prog.buffers[b].dtype, prog.hint, cfg.resolved_threads())
+    return [generate_kernel(k, lambda b: prog.buffers[b].dtype, prog.hint, cfg.resolved_threads(),
+                            buffer_extent=lambda b: buffer_extent(prog.buffers[b]))
             for k in scheduled.kernels]
+
+
+def buffer_extent(buf: Any) -> tuple[int, int] | None:
+    """The least and greatest index of a buffer's elements (its memory spans them: the kernel is
+    given the whole of it), for a static layout with at least one element; None otherwise."""
+    low = high = exprs.to_static(buf.offset)
+    if low is None:
+        return None
+    for n, st in zip(buf.size, buf.stride):
+        n, st = exprs.to_static(n), exprs.to_static(st)
+        if n is None or st is None:
+            return None
+        if n == 0:
+            return None
+        low, high = low + min(0, (n - 1) * st), high + max(0, (n - 1) * st)
+    return low, high
 
 
 def library_sources(kernels: list[KernelSource], cfg: Config = config) -> list[list[KernelSource]]:

@@ -66,8 +66,9 @@ class CppKernelGen(KernelEmitter):
     error = CodegenError
 
     def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
-                 threads: int):
+                 threads: int, buffer_extent: Callable[[str], tuple[int, int] | None] | None = None):
         super().__init__(kernel)
+        self.buffer_extent = buffer_extent or (lambda buf: None)
         self.buffer_dtype = buffer_dtype
         self.hint = hint
         self.threads = threads
@@ -307,9 +308,11 @@ class CppKernelGen(KernelEmitter):
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
-                    threads: int | None = None) -> KernelSource:
+                    threads: int | None = None,
+                    buffer_extent: Callable[[str], tuple[int, int] | None] | None = None) -> KernelSource:
     """C++ for one kernel; ``hint`` evaluates a size expression at its hint (for choosing how to
-    parallelise), ``threads`` is the number of threads planned for. The kernel's internal buffers
-    are never stored; one a later loop over ``r`` reads (fireclay-loops decides which) is
-    recomputed by that loop."""
-    return CppKernelGen(kernel, buffer_dtype, hint, threads or os.cpu_count() or 1).generate()
+    parallelise), ``threads`` is the number of threads planned for, ``buffer_extent`` gives the
+    least and greatest index of a buffer's elements where known (loads under a mask that does
+    not change along a loop use it). The kernel's internal buffers are never stored; one a later
+    loop over ``r`` reads (fireclay-loops decides which) is recomputed by that loop."""
+    return CppKernelGen(kernel, buffer_dtype, hint, threads or os.cpu_count() or 1, buffer_extent).generate()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import sympy
 
 from fireclay_cpp.errors import CodegenError
-from fireclay_cpp.prelude import CTYPES
+from fireclay_cpp.prelude import CTYPES, VECTOR_MATH
 from fireclay_loops.backend import KernelOps, Value
 from fireclay_loops.backend.dtypes import as_float32
 from fireclay_loops.ops import BOOL_RESULT
@@ -38,6 +38,7 @@ class CValue(Value):
     acc: Accumulator | None = None  # set on reduction values: they live in an accumulator
     bounds: BoundsCheck | None = None  # set on ops.check_bounds values: a loop may check them first
     read: tuple[str, Any] | None = None  # (buffer, index) of an int64 value that is a plain load
+    exact: str | None = None  # the declaration with the scalar twins of its vector-math calls
 
 
 @dataclass(eq=False, kw_only=True)
@@ -104,6 +105,10 @@ _BINARY_TEMPLATE = {
 }
 
 
+_COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
+_SELECTING_REDUCTIONS = frozenset({"max", "min", "argmax", "argmin"})  # results equal to one of the values
+
+
 def _float_literal(v: float) -> str:
     if math.isnan(v):
         return "FC_NAN"
@@ -130,13 +135,24 @@ class CppOps(KernelOps):
         self.count = 0
 
     def _val(self, expr: str, ctype_: str, deps: list[CValue], varying: bool | None = None,
-             loads: str | None = None) -> CValue:
+             loads: str | None = None, exact: str | None = None) -> CValue:
         """The value of ``expr`` (the kernel's own if it computed it already from the same
-        dependencies); ``loads``: the buffer ``expr`` reads, whose reads a store makes stale."""
+        dependencies); ``loads``: the buffer ``expr`` reads, whose reads a store makes stale;
+        ``exact``: ``expr`` with the scalar twins of vector-math functions (see
+        :meth:`_same_bits_everywhere`)."""
         def make() -> CValue:
             name = f"{self.prefix}t{self.count}"
             self.count += 1
-            return CValue(name=name, code=f"{ctype_} {name} = {expr};", deps=deps, ctype=ctype_, varying=varying)
+            value = CValue(name=name, code="", deps=deps, ctype=ctype_, varying=varying)
+            # A bool computed outside the vectorised loop and read inside it (a concatenation's,
+            # a pad's or a window's mask) keeps GCC from vectorising the loop ("no vectype" for
+            # the invariant bool); held in an int32_t (0 or 1: the initialiser converts) it
+            # vectorises as a lane mask. Its C++ users read it as a truth value either way.
+            decl = "int32_t" if ctype_ == "bool" and not value.in_loop() else ctype_
+            value.code = f"{decl} {name} = {expr};"
+            if exact is not None:
+                value.exact = f"{decl} {name} = {exact};"
+            return value
 
         return self.gen.cached((loads, expr, ctype_, tuple(id(d) for d in deps)), make)
 
@@ -155,12 +171,52 @@ class CppOps(KernelOps):
         dtype = self.gen.buffer_dtype(buf)
         self.gen.accesses.append(index)
         t, read = ctype(dtype), _WIDEN.get(dtype, "{}").format(f"{buf}[{text}]")
+        if mask is not None and not deps:
+            unmasked = self._load_under_invariant_mask(buf, index, mask, dtype)
+            if unmasked is not None:
+                return self._select(mask, f"({t})({unmasked.name})", f"{t}(0)", t, [unmasked, mask])
         if mask is not None:
             read, deps = f"{mask.name} ? ({t})({read}) : {t}(0)", deps + [mask]
         value = self._val(read, t, deps, self._varies(index), loads=buf)
         if dtype == "int64" and mask is None:
             value.read = (buf, index)
         return value
+
+    def _load_under_invariant_mask(self, buf: str, index: Any, mask: CValue, dtype: str) -> CValue | None:
+        """The load the loop makes whatever the mask, from a place inside the buffer where the
+        mask is false: GCC does not vectorise a load under a mask that does not change along the
+        loop (a concatenation's part, a pad, a padded window's row: in or out as a whole), but
+        does an unconditional one. The index splits into its part along the loop and the rest;
+        where the mask is false the rest is replaced by an offset from which every index the
+        loop reads lies between the buffer's least and greatest element (its layout's extent:
+        memory the kernel is given whole). None, and the load stays masked, where the mask
+        changes along the loop or the proof is missing: a layout of symbolic or empty extent, a
+        loop of symbolic length, a coefficient that is not a number."""
+        if mask.in_loop():
+            return None
+        expr = sympy.expand(sympy.sympify(index))
+        loop_vars = {s for s in expr.free_symbols if s.name in self.gen.rnames}
+        extent = self.gen.buffer_extent(buf)
+        if not loop_vars or extent is None:
+            return None
+        along = sympy.Add(*[term for term in sympy.Add.make_args(expr) if term.free_symbols & loop_vars])
+        low = high = 0  # the least and greatest of `along` over the loop
+        for term in sympy.Add.make_args(along):
+            coeff, var = term.as_coeff_Mul()
+            if not coeff.is_Integer or var not in loop_vars:
+                return None
+            r = self.gen.symbol_range(var)
+            if not (isinstance(r.lo, int) and isinstance(r.hi, int)):
+                return None
+            ends = (int(coeff) * r.lo, int(coeff) * r.hi)
+            low, high = low + min(ends), high + max(ends)
+        if high - low > extent[1] - extent[0]:
+            return None
+        rest = self.gen.index(sympy.expand(expr - along))
+        safe = extent[0] - low  # (safe + along runs from the extent's first element on)
+        offset = self._val(f"{mask.name} ? (int64_t)({rest}) : (int64_t)({safe})", "int64_t", [mask], False)
+        return self._val(_WIDEN.get(dtype, "{}").format(f"{buf}[{offset.name} + {self.gen.index(along)}]"), ctype(dtype),
+                         [offset], True, loads=buf)
 
     def masked(self, value, mask):
         # (the stored value by its own name: a float32 store keeps the value itself, no copy)
@@ -244,6 +300,8 @@ class CppOps(KernelOps):
     def accumulate(self, kind, *, dtype, src_dtype, value):
         """Every kind is an accumulator struct of the prelude, updated once per point."""
         t = ctype(src_dtype if kind in ("argmax", "argmin", "any", "all") else dtype)
+        if kind in _SELECTING_REDUCTIONS:
+            self._same_bits_everywhere([value])  # (its gradient compares the values with it)
         acc = Accumulator(name=self.gen.fresh("acc"), kind=kind, ctype=t, value=value, decl_type=f"fc_{kind}_acc<{t}>",
                           plain_sum=kind == "sum" and t in ("float", "double"))
         acc.add_stmt = CValue(name=f"{acc.name}_add", code=f"{acc.name}.add(({t})({value.name}), {self.ridx});",
@@ -266,23 +324,54 @@ class CppOps(KernelOps):
 
     def unary(self, name, a):
         t = "bool" if name in ("logical_not", "isnan", "isinf") else a.ctype
+        exact = None
         if name == "bitwise_not":
             expr = f"!({a.name})" if a.ctype == "bool" else f"~({a.name})"
         elif name in _UNARY_CALL:
             arg = a.name if a.ctype in ("float", "double") else f"(double)({a.name})"
             expr = f"{_UNARY_CALL[name]}({arg})"
+            if name in VECTOR_MATH:
+                exact = f"({t})(fc_exact_{name}({arg}))"
         else:
             expr = _UNARY_TEMPLATE[name].format(a=a.name, T=a.ctype)
-        return self._val(f"({t})({expr})", t, [a])
+            if name == "sigmoid":
+                exact = f"({t})(fc_exact_sigmoid<{a.ctype}>({a.name}))"
+        return self._val(f"({t})({expr})", t, [a], exact=exact)
 
     def binary(self, name, a, b):
         t = "bool" if name in BOOL_RESULT else a.ctype
         expr = _BINARY_TEMPLATE[name].format(a=a.name, b=b.name, T=t)
-        return self._val(f"({t})({expr})", t, [a, b])
+        exact = None
+        if name in VECTOR_MATH and t in ("float", "double"):
+            exact = f"({t})(fc_exact_{name}(({t})({a.name}), ({t})({b.name})))"
+        if name in _COMPARISONS:
+            self._same_bits_everywhere([a, b])
+        return self._val(f"({t})({expr})", t, [a, b], exact=exact)
 
     def where(self, c, a, b):
         t = a.ctype  # the recorder gives where the dtype of its first value
-        return self._val(f"{c.name} ? ({t})({a.name}) : ({t})({b.name})", t, [c, a, b])
+        return self._select(c, f"({t})({a.name})", f"({t})({b.name})", t, [c, a, b])
+
+    def _select(self, c: CValue, a: str, b: str, t: str, deps: list[CValue]) -> CValue:
+        """``c ? a : b``; a bit blend (``fc_blend``) where ``c`` does not change along the loop
+        and the value does: GCC keeps a loop scalar for a ``?:`` on a loop-invariant condition."""
+        if t in ("float", "double") and not c.in_loop() and any(d.in_loop() for d in deps):
+            return self._val(f"fc_blend({c.name}, {a}, {b})", t, deps)
+        return self._val(f"{c.name} ? {a} : {b}", t, deps)
+
+    def _same_bits_everywhere(self, values: list[CValue]) -> None:
+        """Compute the vector-math calls ``values`` read with their scalar twins (the prelude's
+        ``fc_exact_*``): the values are compared, with each other or with a max or min of
+        them, so each must come out the same bits in every loop and kernel that computes it,
+        vectorised or not. The twins keep the loops computing them scalar."""
+        stack, seen = list(values), set()
+        while stack:
+            v = stack.pop()
+            if v not in seen:
+                seen.add(v)
+                if v.exact is not None:
+                    v.code = v.exact
+                stack.extend(v.deps)
 
 
 # the conversions of a half-precision value: read from memory (to float), stored (from float),

@@ -61,6 +61,41 @@ _VECTOR_MATH = (
     + _simd_declarations(_LIBMVEC_2_22) + "\n#if __GLIBC_PREREQ(2, 35)\n" + _simd_declarations(_LIBMVEC_2_35)
     + "\n#endif\n#endif\n")
 
+# The functions a vectorised loop may compute with libmvec; `fc_exact_<f>` computes the same
+# function with the scalar library in every loop (see _EXACT_MATH).
+VECTOR_MATH = frozenset(_LIBMVEC_2_22 + _LIBMVEC_2_35)
+
+
+def _exact_definitions() -> str:
+    """``fc_exact_<f>`` for every vector-math function: under libmvec a call of the scalar
+    library function through a second name (an assembler alias), which the compiler knows no
+    vector version of; elsewhere the function itself."""
+    aliased, plain = [], []
+    for f in sorted(VECTOR_MATH):
+        args = 2 if f in _TWO_ARGS else 1
+        for t, suffix in (("float", "f"), ("double", "")):
+            params = ", ".join(f"{t} {v}" for v in "xy"[:args])
+            names = ", ".join("xy"[:args])
+            aliased.append(f'extern "C" {t} fc_libm_{f}{suffix}({", ".join([t] * args)}) throw() '
+                           f'__asm__("{f}{suffix}") __attribute__((const));')
+            aliased.append(f"static inline {t} fc_exact_{f}({params}) {{ return fc_libm_{f}{suffix}({names}); }}")
+            plain.append(f"static inline {t} fc_exact_{f}({params}) {{ return fc_{f}({names}); }}")
+    return ("#if defined(__x86_64__) && defined(__GLIBC__) && !defined(__clang__) && defined(FC_LIBMVEC)\n"
+            + "\n".join(aliased) + "\n#else\n" + "\n".join(plain) + "\n#endif\n")
+
+
+# Vector math is within 4 ulp of the scalar function, not the same bits, and a value computed in
+# two loops (a kernel recomputes what a later loop reads) or two kernels is vectorised in one and
+# not in the other whenever only one of the loops vectorises. Values compared with each other
+# for equality (a max's gradient compares the values with their stored max and divides by how
+# many are equal: none equal is 0/0) are computed with these instead, the same bits everywhere.
+# exp of float is ours, inline (the same code in scalar and vector loops).
+_EXACT_MATH = _exact_definitions().replace(
+    "static inline float fc_exact_exp(float x) { return fc_libm_expf(x); }",
+    "static inline float fc_exact_exp(float x) { return fc_exp(x); }") + r"""
+template <typename T> static inline T fc_exact_sigmoid(T x) { return T(1) / (T(1) + fc_exact_exp(-x)); }
+"""
+
 # exp of float: a Cephes-style polynomial, inline, so that every loop vectorises it without a
 # call. glibc's vector expf leaves its vector path for the whole vector when one argument is past
 # about +-87.3 and calls the scalar function on every lane, 6-10 times slower; a masked softmax's
@@ -143,6 +178,20 @@ static inline uint16_t fc_float_to_bf16(float f) {
 static inline float fc_round_bf16(float f) { return fc_bf16_to_float(fc_float_to_bf16(f)); }
 static inline float fc_round_f16(float f) { return (float)(_Float16)f; }
 
+// `m ? a : b` for a condition that does not change along the vectorised loop (a padded
+// window's row is in or out as a whole), as a select of bits: GCC will not vectorise a `?:` on a
+// loop-invariant condition, but does this. Exact: every bit comes from a or from b, whatever
+// the other holds (NaN included).
+static inline float fc_blend(int64_t m, float a, float b) {
+  uint32_t ua, ub; __builtin_memcpy(&ua, &a, 4); __builtin_memcpy(&ub, &b, 4);
+  const uint32_t mm = (uint32_t)0 - (uint32_t)(m != 0);
+  const uint32_t r = (ua & mm) | (ub & ~mm); float f; __builtin_memcpy(&f, &r, 4); return f;
+}
+static inline double fc_blend(int64_t m, double a, double b) {
+  uint64_t ua, ub; __builtin_memcpy(&ua, &a, 8); __builtin_memcpy(&ub, &b, 8);
+  const uint64_t mm = (uint64_t)0 - (uint64_t)(m != 0);
+  const uint64_t r = (ua & mm) | (ub & ~mm); double f; __builtin_memcpy(&f, &r, 8); return f;
+}
 // NaN propagates: `a >= b ? a : b` picks b when b is NaN, the test on a covers a; one select
 // and one test, no branches, so reduction loops over them vectorise.
 template <typename T> static inline T fc_maximum(T a, T b) {
@@ -233,7 +282,7 @@ template <typename T> static inline T fc_abs(T x) {
   if constexpr (fc_is_bool<T>::value) { return x; } else { return x < 0 ? -x : x; }
 }
 template <typename T> static inline T fc_sigmoid(T x) { return T(1) / (T(1) + fc_exp(-x)); }
-template <typename T> static inline T fc_relu(T x) { return x < 0 ? T(0) : x; }
+""" + _EXACT_MATH + r"""template <typename T> static inline T fc_relu(T x) { return x < 0 ? T(0) : x; }
 
 // Accumulators: add() folds one value in, merge() folds another thread's partial in (in thread
 // order, each thread holding a contiguous ascending chunk, so argmax keeps the first index).
