@@ -178,3 +178,39 @@ def test_concatenations_load_in_the_buffer_and_blend(cid):
     assert loops, sources
     for loop in loops:
         assert " ? " not in loop, loop
+
+
+# A max pool's backward then ReLU's and batch norm's per-channel sums, over channels-last
+# memory (resnet's stem in training): a column kernel, whose vectorised loop runs along the
+# channels. Which window positions a row takes from does not change along the channels: those
+# masks are computed once per row, before the loop over the channels, and the loop loads inside
+# the buffer and blends bits. (batch, channels, size, kernel, stride, padding)
+POOL_BACKWARD_CASES = [(2, 16, 16, 3, 2, 1), (1, 8, 5, 3, 1, 1), (2, 24, 7, 2, 2, 0), (3, 16, 1, 3, 1, 1)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", POOL_BACKWARD_CASES, ids=lambda c: "x".join(map(str, c)))
+def test_pool_backward_column_sums_match_eager(case, dtype):
+    n, c, size, k, s, p = case
+    out = (size + 2 * p - k) // s + 1
+
+    def inputs():
+        x = torch.randn(n, c, size, size, generator=GEN, dtype=dtype).to(memory_format=torch.channels_last)
+        grad = torch.randn(n, c, out, out, generator=GEN, dtype=dtype).to(memory_format=torch.channels_last)
+        return x, grad, torch.ops.aten.max_pool2d_with_indices(x, [k, k], [s, s], [p, p])[1]
+
+    b = AtenBuilder()
+    x, grad, indices = (b.input(t, name) for t, name in zip(inputs(), ("x", "grad", "indices")))
+    spread = b.call("max_pool2d_with_indices_backward.default", grad, x, [k, k], [s, s], [p, p], [1, 1], False,
+                    indices)
+    relu_grad = b.call("where.self", b.call("le.Scalar", x, 0), b.call("zeros_like.default", spread), spread)
+    program = b.output(b.call("sum.dim_IntList", relu_grad, [0, 2, 3]),
+                       b.call("sum.dim_IntList", b.call("mul.Tensor", relu_grad, x), [0, 2, 3]))
+    sources = [kernel.source for kernel in generate_kernels(schedule(lower(program)))]
+    if size > 1:
+        assert any("fc_xb" in src and "fc_blend(" in src for src in sources), sources
+    compiled = fireclay_cpp.compile_program(program)
+    for _ in range(2):
+        args = inputs()
+        for got, want in zip(compiled(*args), b.eager(*args)):
+            torch.testing.assert_close(got, want)

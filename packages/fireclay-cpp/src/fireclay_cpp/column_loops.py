@@ -14,6 +14,7 @@ needs the per-channel sums of the first loop) run the same way, block by block.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import sympy
@@ -83,17 +84,19 @@ def column_function(gen: CppKernelGen, xs, rs, stages: list[StagePlan]) -> Kerne
     kept: dict[CValue, None] = {}  # values some loop reads per point from an array
     done: list[Accumulator] = []  # accumulators whose loop has run: each per-point scope restores them
     points = Scope()
+    lanes = _LaneDependence(last)
     for plan in stages:
-        loop, needed = Scope(), []
+        rows = Scope()  # per point of the reduction loop, before the loop over the block
+        loop, needed = Scope(parent=rows), []
         points.place_all(plan.before)
         for v in plan.in_loop:
-            _place_in_column_loop(v, loop, points, needed)
+            _place_in_column_loop(v, loop, points, needed, lanes)
         points.lines += [f"{v.name}_col[fc_i] = {v.name};" for v in needed]
         kept.update(dict.fromkeys(needed))
         if loop.lines:
             if points.lines:
                 block += over_block([restore[a] for a in done] + points.lines)
-            block += rheads + indent(over_block(loop.lines, simd=True)) + ["}"] * len(rheads)
+            block += rheads + indent(rows.lines + over_block(loop.lines, simd=True)) + ["}"] * len(rheads)
             done += [a for a in gen.accumulators if a.add_stmt in loop.seen]
             points = Scope()
         points.place_all(plan.after)
@@ -155,10 +158,35 @@ def _accumulator_bytes(acc: Accumulator) -> int:
 _CTYPE_BYTES = {compute: ITEMSIZE[dtype] for dtype, (storage, compute) in CTYPES.items() if storage == compute}
 
 
-def _place_in_column_loop(v: CValue, loop: Scope, before: Scope, kept: list[CValue]) -> None:
+class _LaneDependence:
+    """Which values of a column kernel change along its vectorised loop, the block's points
+    (``lane``, the innermost kept variable): those naming it, an accumulator's (one per point)
+    and what reads them. A load or select under a mask that does not change along it takes its
+    column form (``CValue.column_form``: an unconditional read inside the buffer and a bit
+    blend), as loops under an invariant mask do in row kernels."""
+
+    def __init__(self, lane: str):
+        self.name = re.compile(rf"\b{lane}\b|\bfc_i\b")
+        self.known: dict[CValue, bool] = {}
+
+    def __call__(self, v: CValue) -> bool:
+        found = self.known.get(v)
+        if found is None:
+            if v.column_form is not None and not self(v.column_form[2]):
+                v.code, v.deps = v.column_form[0], list(v.column_form[1])
+                v.column_form = None
+            found = v.acc is not None or bool(self.name.search(v.code)) or any(self(d) for d in v.deps)
+            self.known[v] = found
+        return found
+
+
+def _place_in_column_loop(v: CValue, loop: Scope, before: Scope, kept: list[CValue],
+                          lanes: _LaneDependence) -> None:
     """Declare ``v`` in the reduction loop of a column kernel: a value that does not change
     along the reduction (and is not a constant) is computed in ``before``, once per point, and
-    read back from its array (listed in ``kept``)."""
+    read back from its array (listed in ``kept``); one that changes along the reduction but not
+    along the block (a padded window's mask) once per point of the reduction, before the loop
+    over the block (``loop``'s parent scope)."""
     if loop.visible(v):
         return
     if not v.in_loop() and (v.deps or v.acc is not None):  # (an earlier loop's result too)
@@ -167,10 +195,38 @@ def _place_in_column_loop(v: CValue, loop: Scope, before: Scope, kept: list[CVal
         loop.lines.append(f"{v.ctype} {v.name} = {v.name}_col[fc_i];")
         loop.seen.add(v)
         return
+    lane_dependent = lanes(v)
+    if not lane_dependent and not _reads_per_point(v):
+        _place_once_per_row(v, loop.parent)
+        return
     for d in v.deps:
-        _place_in_column_loop(d, loop, before, kept)
+        _place_in_column_loop(d, loop, before, kept, lanes)
     if v.code:
         loop.lines.append(v.code)
     loop.seen.add(v)
+
+
+def _reads_per_point(v: CValue) -> bool:
+    """Whether ``v`` reads, directly or not, an accumulator's result or a value computed once per
+    point of the block (read inside the loop from its array)."""
+    stack, seen = [v], set()
+    while stack:
+        d = stack.pop()
+        if d not in seen:
+            if d.acc is not None or (not d.in_loop() and d.deps):
+                return True
+            seen.add(d)
+            stack.extend(d.deps)
+    return False
+
+
+def _place_once_per_row(v: CValue, rows: Scope) -> None:
+    if rows.visible(v):
+        return
+    for d in v.deps:
+        _place_once_per_row(d, rows)
+    if v.code:
+        rows.lines.append(v.code)
+    rows.seen.add(v)
 
 

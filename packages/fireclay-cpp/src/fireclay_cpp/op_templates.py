@@ -39,6 +39,9 @@ class CValue(Value):
     bounds: BoundsCheck | None = None  # set on ops.check_bounds values: a loop may check them first
     read: tuple[str, Any] | None = None  # (buffer, index) of an int64 value that is a plain load
     exact: str | None = None  # the declaration with the scalar twins of its vector-math calls
+    # (declaration, dependencies, mask) in a column kernel, whose vectorised loop runs along
+    # the innermost kept dim, where the mask does not change along it (a load or select)
+    column_form: tuple[str, list[CValue], CValue] | None = None
 
 
 @dataclass(eq=False, kw_only=True)
@@ -105,6 +108,7 @@ _BINARY_TEMPLATE = {
 }
 
 
+_BLENDED = ("float", "double", "int64_t", "int32_t")  # the types fc_blend selects bits of
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 _SELECTING_REDUCTIONS = frozenset({"max", "min", "argmax", "argmin"})  # results equal to one of the values
 
@@ -175,9 +179,13 @@ class CppOps(KernelOps):
             unmasked = self._load_under_invariant_mask(buf, index, mask, dtype)
             if unmasked is not None:
                 return self._select(mask, f"({t})({unmasked.name})", f"{t}(0)", t, [unmasked, mask])
+        column = self._column_load(buf, index, mask, dtype) if mask is not None and not deps else None
         if mask is not None:
             read, deps = f"{mask.name} ? ({t})({read}) : {t}(0)", deps + [mask]
         value = self._val(read, t, deps, self._varies(index), loads=buf)
+        if column is not None:
+            value.column_form = (f"{t} {value.name} = fc_blend({mask.name}, ({t})({column[0]}), {t}(0));",
+                                 [column[1], mask], mask)
         if dtype == "int64" and mask is None:
             value.read = (buf, index)
         return value
@@ -186,16 +194,36 @@ class CppOps(KernelOps):
         """The load the loop makes whatever the mask, from a place inside the buffer where the
         mask is false: GCC does not vectorise a load under a mask that does not change along the
         loop (a concatenation's part, a pad, a padded window's row: in or out as a whole), but
-        does an unconditional one. The index splits into its part along the loop and the rest;
-        where the mask is false the rest is replaced by an offset from which every index the
-        loop reads lies between the buffer's least and greatest element (its layout's extent:
-        memory the kernel is given whole). None, and the load stays masked, where the mask
-        changes along the loop or the proof is missing: a layout of symbolic or empty extent, a
-        loop of symbolic length, a coefficient that is not a number."""
+        does an unconditional one. None, and the load stays masked, where the mask changes along
+        the loop or the proof is missing (see :meth:`_offset_load`)."""
         if mask.in_loop():
             return None
+        found = self._offset_load(buf, index, mask, dtype, {s for s in self.gen.rnames})
+        if found is None:
+            return None
+        return self._val(found[0], ctype(dtype), [found[1]], True, loads=buf)
+
+    def _column_load(self, buf: str, index: Any, mask: CValue, dtype: str) -> tuple[str, CValue] | None:
+        """The unconditional read of a masked load for a column kernel (see
+        :mod:`fireclay_cpp.column_loops`), whose vectorised loop runs along the innermost kept
+        dim: (its text, the offset it reads at) where the index has a part along that dim."""
+        if not self.gen.kernel.rsizes or not self.gen.kernel.xsizes:
+            return None
+        if ctype(dtype) not in _BLENDED:
+            return None
+        return self._offset_load(buf, index, mask, dtype, {f"x{len(self.gen.kernel.xsizes) - 1}"})
+
+    def _offset_load(self, buf: str, index: Any, mask: CValue, dtype: str,
+                     loop_names: set[str]) -> tuple[str, CValue] | None:
+        """(the text of an unconditional read, the offset value it reads at) for a load under
+        ``mask`` inside a loop over ``loop_names``. The index splits into its part along the
+        loop and the rest; where the mask is false the rest is replaced by an offset from which
+        every index the loop reads lies between the buffer's least and greatest element (its
+        layout's extent: memory the kernel is given whole). None where the proof is missing: a
+        layout of symbolic or empty extent, a loop of symbolic length, a coefficient that is
+        not a number, no part along the loop."""
         expr = sympy.expand(sympy.sympify(index))
-        loop_vars = {s for s in expr.free_symbols if s.name in self.gen.rnames}
+        loop_vars = {s for s in expr.free_symbols if s.name in loop_names}
         extent = self.gen.buffer_extent(buf)
         if not loop_vars or extent is None:
             return None
@@ -214,9 +242,8 @@ class CppOps(KernelOps):
             return None
         rest = self.gen.index(sympy.expand(expr - along))
         safe = extent[0] - low  # (safe + along runs from the extent's first element on)
-        offset = self._val(f"{mask.name} ? (int64_t)({rest}) : (int64_t)({safe})", "int64_t", [mask], False)
-        return self._val(_WIDEN.get(dtype, "{}").format(f"{buf}[{offset.name} + {self.gen.index(along)}]"), ctype(dtype),
-                         [offset], True, loads=buf)
+        offset = self._val(f"{mask.name} ? (int64_t)({rest}) : (int64_t)({safe})", "int64_t", [mask])
+        return _WIDEN.get(dtype, "{}").format(f"{buf}[{offset.name} + {self.gen.index(along)}]"), offset
 
     def masked(self, value, mask):
         # (the stored value by its own name: a float32 store keeps the value itself, no copy)
@@ -357,7 +384,10 @@ class CppOps(KernelOps):
         and the value does: GCC keeps a loop scalar for a ``?:`` on a loop-invariant condition."""
         if t in ("float", "double") and not c.in_loop() and any(d.in_loop() for d in deps):
             return self._val(f"fc_blend({c.name}, {a}, {b})", t, deps)
-        return self._val(f"{c.name} ? {a} : {b}", t, deps)
+        value = self._val(f"{c.name} ? {a} : {b}", t, deps)
+        if t in _BLENDED:
+            value.column_form = (f"{t} {value.name} = fc_blend({c.name}, {a}, {b});", deps, c)
+        return value
 
     def _same_bits_everywhere(self, values: list[CValue]) -> None:
         """Compute the vector-math calls ``values`` read with their scalar twins (the prelude's

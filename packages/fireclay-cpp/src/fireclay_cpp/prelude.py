@@ -192,6 +192,12 @@ static inline double fc_blend(int64_t m, double a, double b) {
   const uint64_t mm = (uint64_t)0 - (uint64_t)(m != 0);
   const uint64_t r = (ua & mm) | (ub & ~mm); double f; __builtin_memcpy(&f, &r, 8); return f;
 }
+static inline int64_t fc_blend(int64_t m, int64_t a, int64_t b) {
+  const int64_t mm = -(int64_t)(m != 0); return (a & mm) | (b & ~mm);
+}
+static inline int32_t fc_blend(int64_t m, int32_t a, int32_t b) {
+  const int32_t mm = -(int32_t)(m != 0); return (a & mm) | (b & ~mm);
+}
 // NaN propagates: `a >= b ? a : b` picks b when b is NaN, the test on a covers a; one select
 // and one test, no branches, so reduction loops over them vectorise.
 template <typename T> static inline T fc_maximum(T a, T b) {
