@@ -36,11 +36,15 @@ class TraceState(Protocol):
     subgraphs: list[Graph]  # branches of hop::cond nodes
     frames: list[Any]  # the interpreter frames: the root first, the innermost inlined call last
     entered_contexts: list[Any]  # real context managers to leave if the trace fails
-    # Changes to lists, dicts, objects and cells made inside the trace, counted so that a graph
-    # break inside an inlined call knows whether the callee changed state the caller can see.
-    mutations: int
-    mutated: list[Any]  # what each of those changes changed (None where it names nothing)
+    mutated: list[Any]  # what each change made inside the trace changed (None where it names nothing)
     cells_made: int  # closure cells the trace has made (CellVar.born numbers them)
+
+    @property
+    def mutations(self) -> int:
+        """Changes to lists, dicts, objects and cells made inside the trace, counted so that a
+        graph break inside an inlined call knows whether the callee changed state the caller
+        can see."""
+        ...
 
     # -- values read from outside the trace
     def wrap(self, value: Any, source: Source | None, *, weight: tuple[str, str] | None = None,

@@ -37,9 +37,10 @@ def generate_kernels(scheduled: ScheduledProgram, cfg: Config = config) -> list[
 def buffer_extent(buf: Any) -> tuple[int, int] | None:
     """The least and greatest index of a buffer's elements (its memory spans them: the kernel is
     given the whole of it), for a static layout with at least one element; None otherwise."""
-    low = high = exprs.to_static(buf.offset)
+    low = exprs.to_static(buf.offset)
     if low is None:
         return None
+    high = low
     for n, st in zip(buf.size, buf.stride):
         n, st = exprs.to_static(n), exprs.to_static(st)
         if n is None or st is None:
