@@ -45,6 +45,8 @@ os.environ.setdefault("FIRECLAY_COMPILE_CACHE", "0")
 
 import torch  # noqa: E402
 
+from benchmarks.call_overhead import interleaved  # noqa: E402
+
 NOOP_C = """
 int noop_launch(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                 unsigned shared, void* stream, void** params, void** extra) { return 0; }
@@ -156,21 +158,6 @@ def compiled_programs(model_name: str, training: bool = False, dtype: str = "flo
 
 def _clock(name: str):
     return time.thread_time if name == "cpu" else time.perf_counter
-
-
-def interleaved(callables: dict, calls: int, repeats: int, clock) -> dict[str, float]:
-    """Median microseconds per call of each callable, the callables taking turns sample by sample."""
-    for fn in callables.values():
-        for _ in range(min(calls, 30)):
-            fn()
-    samples: dict[str, list[float]] = {name: [] for name in callables}
-    for _ in range(repeats):
-        for name, fn in callables.items():
-            start = clock()
-            for _ in range(calls):
-                fn()
-            samples[name].append((clock() - start) / calls * 1e6)
-    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 WORK = {  # what a wrapper line does, by the text that does it
