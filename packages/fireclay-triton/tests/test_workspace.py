@@ -17,10 +17,9 @@ import re
 import pytest
 import torch
 from aten_builder import AtenBuilder
+from test_memory import wrapper_of  # (the scheduled program of a build and its wrapper text)
 
-from fireclay_loops import lower, schedule
-from fireclay_triton import Config, compile_program, cudagraphify, generate_kernels
-from fireclay_triton.wrapper_codegen import generate_wrapper
+from fireclay_triton import Config, compile_program, cudagraphify
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 pytestmark = pytest.mark.skipif(DEVICE == "cpu" and os.environ.get("TRITON_INTERPRET") != "1",
@@ -120,17 +119,9 @@ def test_same_values_as_fresh_memory(build):
             torch.testing.assert_close(g, e, atol=0, rtol=0)
 
 
-def wrapper_text(build):
-    b = AtenBuilder()
-    x, w = b.input(torch.empty(32, 32, device="meta"), "x"), b.input(torch.empty(32, 32, device="meta"), "w")
-    scheduled = schedule(lower(b.output(*build(b, x, w))))
-    kernels = {k.name: k for k in generate_kernels(scheduled, interpret=False)}
-    return scheduled, generate_wrapper(scheduled, kernels).text
-
-
 @pytest.mark.parametrize("build", BUILDS)
 def test_only_internal_temporaries_are_kept_and_each_is_freed(build):
-    scheduled, text = wrapper_text(build)
+    scheduled, text = wrapper_of(build)
     plan, prog = scheduled.plan, scheduled.program
     call, _, workspace = text.partition("def new_workspace(device):")
     unpacked = re.search(r"^    _, (.*)= workspace$", call, re.M).group(1).split(", ")
@@ -150,12 +141,12 @@ def test_only_internal_temporaries_are_kept_and_each_is_freed(build):
 
 
 def test_matmul_results_in_kept_memory_are_written_in_place():
-    _, text = wrapper_text(mm_chain)
+    _, text = wrapper_of(mm_chain)
     assert len(re.findall(r"op_aten_mm_default\(.*, out=buf\d+\)", text)) == 4  # each dies inside the call
 
 
 def test_matmuls_by_transposed_weights_call_linear():
-    _, text = wrapper_text(linear_layers)
+    _, text = wrapper_of(linear_layers)
     assert ".t()" not in text
     assert re.search(r"^    result = linear\(in_x, in_w, buf\d+\)", text, re.M)  # addmm with its bias
     assert re.search(r"^    linear\(buf\d+, in_w, out=buf\d+\)", text, re.M)  # a kept result, in place
@@ -163,7 +154,7 @@ def test_matmuls_by_transposed_weights_call_linear():
 
 
 def test_a_view_of_what_lives_through_the_call_is_made_once_per_call():
-    _, text = wrapper_text(input_views)
+    _, text = wrapper_of(input_views)
     views = dict(re.findall(r"^    (call_view\d+) = (in_x\.as_strided.*)$", text, re.M))
     assert len(views) == 1 and text.count("in_x.as_strided") == 1
     assert len(re.findall(rf"op_aten_mm_default\({next(iter(views))}, ", text)) == 2
