@@ -52,3 +52,13 @@ def test_bias_joins_the_kernel_that_reads_the_product(consumer):
 ])
 def test_addmm_stays_one_library_call(consumer, device, bias_shape):
     assert "aten::addmm.default" in _externs(_program(consumer, device, bias_shape))
+
+
+def test_every_pure_view_target_is_lowered_as_a_view():
+    """The view ops the addmm rule looks through are the ones views.py lowers (no drift)."""
+    from fireclay_loops.lowering.driver import lowering_for
+    from fireclay_loops.lowering.views import PURE_VIEW_TARGETS
+
+    for target in PURE_VIEW_TARGETS:
+        fn = lowering_for(target)
+        assert fn is not None and fn.__module__ == "fireclay_loops.lowering.views", target

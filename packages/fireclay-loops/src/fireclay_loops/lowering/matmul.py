@@ -18,16 +18,11 @@ from fireclay_loops.lowering.context import LoweringContext, fallback
 from fireclay_loops.lowering.pointwise import lower_add
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import TensorValue
+from fireclay_loops.lowering.views import PURE_VIEW_TARGETS
 
-# reading these neither computes nor copies (lowering/views.py): their readers are the ones that
-# count. A bias added by our kernel for a view read by a library call (q, k and v permuted into
-# attention) would be a pass of its own, where the library's epilogue costs nothing.
-_VIEW_TARGETS = frozenset({
-    "view.default", "_unsafe_view.default", "reshape.default", "alias.default", "detach.default",
-    "permute.default", "transpose.int", "t.default", "expand.default", "slice.Tensor", "narrow.default",
-    "split.Tensor", "split_with_sizes.default", "unbind.int", "select.int", "unsqueeze.default",
-    "squeeze.dim", "squeeze.dims", "squeeze.default", "as_strided.default", "diagonal.default",
-})
+# A bias added by our kernel for a view a library call reads (q, k and v permuted into attention)
+# would be a pass of its own, where the library's epilogue costs nothing: readers are looked for
+# through views.
 
 
 def _kernel_readers_only(graph: Any, value: Any) -> bool:
@@ -47,7 +42,7 @@ def _kernel_readers_only(graph: Any, value: Any) -> bool:
                 continue
             seen.add(id(user))
             target = user.target
-            if target in _VIEW_TARGETS:
+            if target in PURE_VIEW_TARGETS:
                 pending.extend(o for o in user.outputs if o.is_tensor)
                 continue
             if target in EXTERN_OPS or lowering_for(target) is None or target == "addmm.default":

@@ -13,6 +13,15 @@ from fireclay_loops import exprs
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import BufferValue, view
 
+# The ops lowered here that neither compute nor copy (flip and repeat read through an index map
+# and count as computing): other lowerings look through them to the ops that read their results.
+PURE_VIEW_TARGETS = frozenset({
+    "view.default", "_unsafe_view.default", "reshape.default", "alias.default", "detach.default",
+    "permute.default", "transpose.int", "t.default", "expand.default", "slice.Tensor", "narrow.default",
+    "split.Tensor", "split_with_sizes.default", "unbind.int", "select.int", "unsqueeze.default",
+    "squeeze.dim", "squeeze.dims", "squeeze.default", "as_strided.default", "diagonal.default",
+})
+
 
 def _norm(dim: int, rank: int) -> int:
     return dim % rank if rank else 0
