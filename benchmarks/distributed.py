@@ -183,7 +183,37 @@ def profile(runnable, opt, s: Settings, vocab: int, rank: int, device: torch.dev
     if rank != 0:
         return
     os.makedirs(s.profile, exist_ok=True)
-    prof.export_chrome_trace(os.path.join(s.profile, f"trace-{name}.json"))
+    path = os.path.join(s.profile, f"trace-{name}.json")
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        events = json.load(f).get("traceEvents", [])
+    share, comm_ms, count = communication_overlap(events)
+    print(f"{name}: {count} communication kernels, {comm_ms:.2f} ms over 3 steps, "
+          f"{share:.0%} of it while a compute kernel ran", flush=True)
+
+
+def communication_overlap(events: list[dict]) -> tuple[float, float, int]:
+    """How much of the communication kernels' time (NCCL) overlaps compute kernels, from a Chrome
+    trace's events: (share of communication time overlapped, communication ms, kernels)."""
+    kernels = [(e["ts"], e["ts"] + e["dur"], "nccl" in e.get("name", "").lower())
+               for e in events if e.get("cat") == "kernel" and "dur" in e]
+    compute = sorted((begin, end) for begin, end, comm in kernels if not comm)
+    merged: list[list[float]] = []
+    for begin, end in compute:
+        if merged and begin <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([begin, end])
+    total = covered = 0.0
+    count = 0
+    for begin, end, comm in kernels:
+        if not comm:
+            continue
+        count += 1
+        total += end - begin
+        covered += sum(max(0.0, min(end, m_end) - max(begin, m_begin)) for m_begin, m_end in merged
+                       if m_begin < end and m_end > begin)
+    return (covered / total if total else 0.0), total / 1000.0, count
 
 
 def worker(rank: int, s: Settings) -> None:

@@ -412,3 +412,19 @@ def test_sweep_passes_gradient_rounding_noise_and_flags_planted_wrong_gradients(
         assert compare(wrong, expected, False, 1e-3)[2] == label
         passed, ratio, where = float64_second_opinion(wrong, expected, expected64, 1e-3)
         assert not passed and where == label, (index, ratio, where)
+
+
+@pytest.mark.parametrize("kernels, expected", [
+    # (start us, duration us, name): all-reduce half covered by a GEMM, a second one alone.
+    ([(0, 10, "gemm"), (5, 10, "ncclAllReduce"), (12, 1, "add"), (20, 4, "ncclKernel_AllReduce")], (6 / 14, 2)),
+    ([(0, 10, "ncclAllReduce"), (0, 4, "gemm"), (2, 6, "gemm")], (8 / 10, 1)),
+    ([(0, 10, "ncclAllReduce")], (0.0, 1)),
+    ([(0, 10, "gemm")], (0.0, 0)),
+])
+def test_communication_overlap_reads_a_chrome_trace(kernels, expected):
+    from benchmarks.distributed import communication_overlap
+
+    events = [{"cat": "kernel", "ts": ts, "dur": dur, "name": name} for ts, dur, name in kernels]
+    events.append({"cat": "cpu_op", "ts": 0, "dur": 100, "name": "nccl:all_reduce"})  # host events do not count
+    share, _, count = communication_overlap(events)
+    assert (round(share, 6), count) == (round(expected[0], 6), expected[1])
