@@ -103,6 +103,8 @@ def compiler_for(backend: str):
 
 def prepare(model: torch.nn.Module, parallel: str, backend: str, device: torch.device) -> torch.nn.Module:
     compile_ = compiler_for(backend)
+    if parallel == "none":  # one process's model as it is: the single-GPU baseline of the same step
+        return compile_(model)
     if parallel == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -117,7 +119,7 @@ def prepare(model: torch.nn.Module, parallel: str, backend: str, device: torch.d
             blocks[i] = compile_(block)
         fully_shard(model)
         return model
-    raise SystemExit(f"unknown parallelism {parallel!r}: ddp or fsdp2")
+    raise SystemExit(f"unknown parallelism {parallel!r}: ddp, fsdp2 or none")
 
 
 def batch(s: Settings, vocab: int, step: int, rank: int, device: torch.device) -> torch.Tensor:
@@ -158,7 +160,7 @@ def train(s: Settings, model_name: str, parallel: str, backend: str, rank: int, 
     synchronize(device)
     seconds = time.perf_counter() - started
     row.tokens_per_s = (s.steps - s.warmup) * s.batch * s.seq * s.world_size / seconds
-    if s.profile and parallel == "ddp" and backend.startswith("fireclay"):
+    if s.profile and parallel in ("ddp", "none") and backend != "eager":
         # Every rank runs the profiled steps (DDP's all-reduce needs them all); rank 0 records.
         profile(runnable, opt, s, vocab, rank, device, f"{model_name}-{parallel}-{backend}")
     return row
@@ -190,6 +192,25 @@ def profile(runnable, opt, s: Settings, vocab: int, rank: int, device: torch.dev
     share, comm_ms, count = communication_overlap(events)
     print(f"{name}: {count} communication kernels, {comm_ms:.2f} ms over 3 steps, "
           f"{share:.0%} of it while a compute kernel ran", flush=True)
+    print(kernel_summary(events, steps=3), flush=True)
+
+
+def kernel_summary(events: list[dict], steps: int, top: int = 12) -> str:
+    """Device time per step from a Chrome trace: all kernels, and the kernels taking the most."""
+    per_name: dict[str, list[float]] = {}
+    begin, end = float("inf"), 0.0
+    for e in events:
+        if e.get("cat") == "kernel" and "dur" in e:
+            per_name.setdefault(e.get("name", "?"), []).append(e["dur"])
+            begin, end = min(begin, e["ts"]), max(end, e["ts"] + e["dur"])
+    total = sum(sum(d) for d in per_name.values())
+    count = sum(len(d) for d in per_name.values())
+    span = (end - begin) if count else 0.0
+    lines = [f"  kernels per step {count / steps:.0f}, kernel time per step {total / steps / 1000:.2f} ms, "
+             f"first kernel to last {span / steps / 1000:.2f} ms per step"]
+    for name, durations in sorted(per_name.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        lines.append(f"  {sum(durations) / steps / 1000:8.3f} ms {len(durations) / steps:6.1f}x  {name[:90]}")
+    return "\n".join(lines)
 
 
 def communication_overlap(events: list[dict]) -> tuple[float, float, int]:
@@ -289,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=0, help="sequences per rank (default 8; 2 with --tiny)")
     p.add_argument("--seq", type=int, default=0, help="tokens per sequence (default 1024; 32 with --tiny)")
     p.add_argument("--models", default="gpt2,llama")
-    p.add_argument("--parallel", default="ddp,fsdp2")
+    p.add_argument("--parallel", default="ddp,fsdp2", help="ddp, fsdp2, or none (no wrapper: one process's step)")
     p.add_argument("--backends", default="eager,inductor,fireclay")
     p.add_argument("--tiny", action="store_true", help="tiny models on CPU with gloo: a smoke test")
     p.add_argument("--profile", default="", help="folder for a profiler trace of fireclay under DDP (rank 0)")
