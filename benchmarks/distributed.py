@@ -272,6 +272,10 @@ def report(s: Settings, rows: list[Row]) -> None:
             r.max_loss_difference = max(abs(a - b) for a, b in zip(ref, r.losses))
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M")
     base = os.path.join(s.out, f"distributed-{s.device}-{s.world_size}x-{'tiny-' if s.tiny else ''}{stamp}")
+    taken, n = base, 2
+    while os.path.exists(taken + ".json"):  # two runs in one minute keep both results
+        taken, n = f"{base}-{n}", n + 1
+    base = taken
     os.makedirs(s.out, exist_ok=True)
     with open(base + ".json", "w") as f:
         json.dump({"settings": dataclasses.asdict(s), "torch": torch.__version__,

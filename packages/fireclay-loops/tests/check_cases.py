@@ -43,6 +43,9 @@ INDEX_OPS = [
             COLS, (ROWS, 3)),
     IndexOp("index_cols_then_amax", lambda b, x, i: b.call("amax.default", b.call("index.Tensor", x, [None, i]), [1]),
             COLS, (3,), negative_ok=True),
+    # a scatter of one position per row (a loss's one-hot), lowered as a pointwise choice
+    IndexOp("scatter_value_one_per_row", lambda b, x, i: b.call("scatter.value", x, 1, i, -1.0), COLS, (ROWS, 1)),
+    IndexOp("scatter_src_one_per_row", lambda b, x, i: b.call("scatter.src", x, 1, i, x), COLS, (ROWS, 1)),
     # one_hot's classes: eager refuses one outside [0, num_classes) (decomposed, a row of zeros)
     IndexOp("one_hot", lambda b, x, i: b.call("one_hot.default", i, COLS), COLS, (ROWS, 3),
             site="the classes of one_hot"),

@@ -400,3 +400,18 @@ def test_ops_on_complex_tensors_are_library_calls():
     complex_bufs = {n for n, b in s.program.buffers.items() if b.dtype == "complex64"}
     for k in s.kernels:
         assert not (set(k.read_buffers()) | set(k.write_buffers())) & complex_bufs
+
+
+def test_a_loss_backward_one_hot_fuses_into_its_kernel():
+    # nll_loss's backward: zeros.scatter(1, target, -1) times the upstream gradient, then the
+    # log_softmax backward's row sum: one kernel, no scatter call and no tensor of the logits' size
+    h = Hand()
+    g = h.input("g", 6, 50)
+    target = h.input("target", 6, 1, dtype="int64")
+    zeros = h.op("full.default", [6, 50], 0.0, out=t(6, 50))
+    one_hot = h.op("scatter.value", zeros, 1, target, -1.0, out=t(6, 50))
+    grad = h.op("mul.Tensor", one_hot, g, out=t(6, 50))
+    total = h.op("sum.dim_IntList", grad, [1], True, out=t(6, 1))
+    s, k, e = kernels(h.program(h.op("sub.Tensor", grad, total, out=t(6, 50))))
+    assert (k, e) == (1, 0)
+    assert s.report().fallback_count == 0

@@ -34,9 +34,31 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
                                                              momentum, eps)
 
 
-# Decompositions of our own, consulted before torch's table.
+_HALF_TYPES = (torch.float16, torch.bfloat16)
+
+
+def _log_softmax(x, dim, half_to_float):
+    # Only where a gradient is traced: the backward reads log_softmax's output, a tensor as large
+    # as the input (a language model's loss: tokens x vocabulary, in float32). Whole, the op can
+    # only be saved; in parts, the partitioner may save the row statistics (max, log of the sum)
+    # and redo the pointwise rest inside the backward's kernel from the input the forward has.
+    # Computed in float32 for half inputs, as eager's kernel accumulates.
+    if not x.requires_grad:
+        return NotImplemented
+    result_dtype = torch.float32 if half_to_float else x.dtype
+    if x.dtype in _HALF_TYPES:
+        x = aten._to_copy.default(x, dtype=torch.float32)
+    shifted = aten.sub.Tensor(x, aten.amax.default(x, [dim], True))
+    log_sum = aten.log.default(aten.sum.dim_IntList(aten.exp.default(shifted), [dim], True))
+    result = aten.sub.Tensor(shifted, log_sum)
+    return result if result.dtype == result_dtype else aten._to_copy.default(result, dtype=result_dtype)
+
+
+# Decompositions of our own, consulted before torch's table. A decomposition may return
+# NotImplemented: the op is then recorded whole.
 OWN_DECOMPOSITIONS: dict[torch._ops.OpOverload, Callable] = {
     aten.native_batch_norm.default: _native_batch_norm,
+    aten._log_softmax.default: _log_softmax,
 }
 
 

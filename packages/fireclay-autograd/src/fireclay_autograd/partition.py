@@ -25,8 +25,11 @@ from fireclay_autograd.convert import nbytes
 from fireclay_autograd.executor import aten_overload
 from fireclay_ir import Graph, IRError, Node, Program, Value, iter_values, map_values
 
-# Non-pointwise ops cheap enough to recompute in the backward rather than save.
+# Non-pointwise ops cheap enough to recompute in the backward rather than save. A scatter into a
+# filled tensor is how a loss's backward spells a one-hot (nll_loss: -1 at each target): as large
+# as the logits, but made from the targets alone.
 RECOMPUTABLE_OPS: frozenset[str] = frozenset({
+    "aten::scatter.value", "aten::scatter.src",
     "aten::view.default", "aten::alias.default", "aten::permute.default", "aten::expand.default",
     "aten::slice.Tensor", "aten::select.int", "aten::unsqueeze.default", "aten::squeeze.dim",
     "aten::squeeze.dims", "aten::diagonal.default", "aten::as_strided.default", "aten::clone.default",
@@ -105,7 +108,8 @@ def partition(joint: Graph, num_forward_inputs: int, num_forward_outputs: int, *
     tangent_dependent = _descendants(joint, tangents)
     fw_required = _ancestors(joint, list(iter_values(fw_outputs)))
     if strategy == "min_cut":
-        saved = _min_cut(joint, primals, tangent_dependent, fw_required, list(iter_values(bw_outputs)), hints)
+        saved = _min_cut(joint, primals, tangent_dependent, fw_required, list(iter_values(bw_outputs)), hints,
+                         returned=set(iter_values(fw_outputs)))
     elif strategy == "save_all":
         saved = _save_all(joint, tangent_dependent, list(iter_values(bw_outputs)))
     else:
@@ -147,15 +151,18 @@ def _ancestors(graph: Graph, roots: list[Value], stop: set[Value] | frozenset = 
 
 
 def _min_cut(graph: Graph, primals: list[Value], tangent_dependent: set[Value], fw_required: set[Value],
-             bw_outputs: list[Value], hints: dict[str, int]) -> list[Value]:
+             bw_outputs: list[Value], hints: dict[str, int], returned: set[Value] | frozenset[Value] = frozenset()) -> list[Value]:
     flow = nx.DiGraph()
     primal_set = set(primals)
     bw_needed = _ancestors(graph, bw_outputs)
 
     def add_value(v: Value, pinned_forward: bool, view: bool = False) -> None:
         # A value the forward computes anyway costs only its bytes to keep; one the forward
-        # would compute just to save it costs a little more, so ties go to recomputing it.
+        # would compute just to save it costs a little more, so ties go to recomputing it. One
+        # the forward returns is held by its caller too: of two equal sizes, that one is kept.
         penalty = 1.0 if (v in fw_required or v in primal_set) else 1.1
+        if v in returned:
+            penalty = 0.9
         if view:
             penalty *= _VIEW_PENALTY
         flow.add_edge(("in", v), ("out", v), capacity=float(max(nbytes(v.meta, hints), 1)) * penalty)

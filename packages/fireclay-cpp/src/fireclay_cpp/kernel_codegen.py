@@ -75,6 +75,7 @@ class CppKernelGen(KernelEmitter):
         self.accumulators: list[Accumulator] = []
         self.accesses: list[sympy.Expr] = []  # index of every memory load and store
         self.bounds_checks: list[CValue] = []  # the ops.check_bounds values (see _scan_indices)
+        self.stored: set[str] = set()  # the buffers the kernel writes
         # A pointwise kernel of several loops: values that do not change along the innermost
         # loop (a per-channel scale) are computed once per outer point, before it.
         self.inner_only = not kernel.rsizes and len(kernel.xsizes) > 1 and kernel.kind == "pointwise"
@@ -182,7 +183,25 @@ class CppKernelGen(KernelEmitter):
         the loop checks them, see :meth:`_scan_indices`) or checked one by one."""
         for c in self.bounds_checks:
             if c.in_loop():
-                c.code = c.bounds.unchecked_code if on else c.bounds.checked_code
+                c.code = c.bounds.unchecked_code if on and self._scannable(c) else c.bounds.checked_code
+
+    def _scannable(self, check: CValue) -> bool:
+        """Whether a scan before the loop can compute the index ``check`` checks: not when the
+        index is made of a buffer this kernel writes (a loss's targets, shifted and stored in the
+        loop that gathers with them): before the loop has run, the scan would read old bytes."""
+        bounds = check.bounds
+        assert bounds is not None
+        pending = [bounds.value] + ([bounds.live] if bounds.live is not None else [])
+        seen: set[int] = set()
+        while pending:
+            v = pending.pop()
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if isinstance(v, CValue) and v.loaded in self.stored:
+                return False
+            pending.extend(v.deps)
+        return True
 
     def _scan_indices(self, loop: Scope, outer: Scope, head: list[str], tail: list[str],
                       variables: list[tuple[str, Any]]) -> str:
@@ -194,7 +213,8 @@ class CppKernelGen(KernelEmitter):
         (cheaper: see the prelude). Its lines go to ``outer``; returns the condition the loop
         then runs under ("" when there is nothing to check). A failure is recorded as the check
         would record it, and the loop does not run: its indices are not safe to load at."""
-        found = [c for c in self.bounds_checks if c in loop.seen]  # (placed unchecked: see _unchecked)
+        # (placed unchecked: see _unchecked)
+        found = [c for c in self.bounds_checks if c in loop.seen and self._scannable(c)]
         if not found:
             return ""
         scan = Scope(parent=outer)

@@ -38,6 +38,7 @@ class CValue(Value):
     acc: Accumulator | None = None  # set on reduction values: they live in an accumulator
     bounds: BoundsCheck | None = None  # set on ops.check_bounds values: a loop may check them first
     read: tuple[str, Any] | None = None  # (buffer, index) of an int64 value that is a plain load
+    loaded: str | None = None  # the buffer a load reads
     exact: str | None = None  # the declaration with the scalar twins of its vector-math calls
     # (declaration, dependencies, mask) in a column kernel, whose vectorised loop runs along
     # the innermost kept dim, where the mask does not change along it (a load or select)
@@ -147,7 +148,7 @@ class CppOps(KernelOps):
         def make() -> CValue:
             name = f"{self.prefix}t{self.count}"
             self.count += 1
-            value = CValue(name=name, code="", deps=deps, ctype=ctype_, varying=varying)
+            value = CValue(name=name, code="", deps=deps, ctype=ctype_, varying=varying, loaded=loads)
             # A bool computed outside the vectorised loop and read inside it (a concatenation's,
             # a pad's or a window's mask) keeps GCC from vectorising the loop ("no vectype" for
             # the invariant bool); held in an int32_t (0 or 1: the initialiser converts) it
@@ -264,6 +265,7 @@ class CppOps(KernelOps):
         text, deps = self._index(index)
         self.gen.accesses.append(index)
         self.gen.cse = {k: v for k, v in self.gen.cse.items() if k[0] != buf}  # its reads are stale
+        self.gen.stored.add(buf)
         stmt = CValue(name=f"{self.prefix}st{self.count}", code=f"{buf}[{text}] = {_narrow(dtype, value.name)};",
                       deps=deps + [value], varying=self._varies(index))
         self.count += 1

@@ -481,7 +481,7 @@ def _recomputable(buf: str, writer: KernelNode, index: sympy.Expr, nodes: list[K
             after = True
             continue
         for b, i, _ in kn.reads():
-            if b == buf and (not after or sympy.expand(i - index) != 0):
+            if b == buf and (not after or not exprs.equal(i, index)):  # (a view's split dims: equal)
                 return False
         if after and any(b in sources for b, _, _ in kn.writes()):
             return False  # what it is computed from changes before a later loop would recompute it

@@ -248,6 +248,50 @@ def lower_select_scatter(ctx, x, src, dim, index):
     return GeneratedValue(size, dtype, device, fn, reads=[x, src])
 
 
+def _lower_scatter(ctx, x, dim, index, new_value):
+    """``x.scatter(dim, index, ...)`` where ``index`` holds one position per line along ``dim``
+    and covers every other dimension of ``x`` (a loss's one-hot of its targets): a pointwise
+    choice, ``new_value(pos, mask)`` where the line's index names this element, ``x`` elsewhere.
+    Other shapes write several elements per line, or only part of ``x``: the library op."""
+    size, dtype, device = ctx.out_meta()
+    if not size:
+        return fallback(ctx)
+    dim = dim % len(size)
+    if index.rank != len(size) or not exprs.equal(index.size[dim], 1) or not all(
+            exprs.equal(index.size[d], size[d]) for d in range(len(size)) if d != dim):
+        return fallback(ctx)
+    site = ctx.check_site(f"dimension {dim} of scatter")
+    checked = ctx.checks_on(index.device)
+    compute = dtypes.compute_dtype(dtype)
+
+    def fn(idx, outer=None):
+        line = list(idx)
+        line[dim] = sympy.Integer(0)
+        target = ops.to_dtype(index.load(line, outer), "int64")
+        if checked:  # eager refuses an index outside [0, size), negative ones too
+            target = ops.check_bounds(target, size[dim], False, site, outer)
+        here = ops.eq(target, ops.to_dtype(ops.index_expr(idx[dim], "int64"), "int64"))
+        load_mask = here if outer is None else ops.logical_and(outer, here)
+        return ops.where(here, ops.to_dtype(new_value(line, load_mask), compute),
+                         ops.to_dtype(x.load(list(idx), outer), compute))
+
+    return GeneratedValue(size, dtype, device, fn, reads=[x, index])
+
+
+@register_lowering("scatter.value")
+def lower_scatter_value(ctx, x, dim, index, value):
+    if isinstance(value, sympy.Basic) and not isinstance(value, sympy.Number):
+        return fallback(ctx)
+    compute = dtypes.compute_dtype(ctx.out_meta()[1])
+    return _lower_scatter(ctx, x, dim, index, lambda line, mask: ops.constant(value, compute))
+
+
+@register_lowering("scatter.src")
+def lower_scatter_src(ctx, x, dim, index, src):
+    # each line takes src's element at the same place (index's shape picks src's elements)
+    return _lower_scatter(ctx, x, dim, index, lambda line, mask: src.load(line, mask))
+
+
 # --------------------------------------------------------------------------- constants, ranges
 
 
