@@ -69,6 +69,10 @@ class TritonOps(KernelOps):
         return self.gen.cached((expr, dtype), make)
 
     def _const(self, text: str, dtype: str) -> TritonValue:
+        if dtype == "bfloat16" and self.gen.interpret:
+            # Triton's interpreter cannot build a bfloat16 constant (its builder has no get_bf16):
+            # made in float32 and cast, which rounds the literal to bfloat16 as a GPU's tl.full does
+            return self._val(f"tl.full({self.gen.unit_shape}, {text}, tl.float32).to(tl.bfloat16)", dtype, [], ())
         return self._val(f"tl.full({self.gen.unit_shape}, {text}, {tl_dtype(dtype)})", dtype, [], ())
 
     def _pointer(self, buf: str, index) -> tuple[str, list[TritonValue], bool, frozenset]:

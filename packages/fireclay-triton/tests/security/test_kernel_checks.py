@@ -146,3 +146,62 @@ def _child(body: str) -> subprocess.CompletedProcess:
         from fireclay_triton import compile_program
     """) % (sys.path,) + textwrap.dedent(body)
     return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+
+
+# Electra's embedding block at a small size (embedding dim 32 as in the benchmark's electra):
+# word, token-type and position lookups (each checked), their sum, a layer norm, and the
+# additive attention mask of the same graph (a 0 / -inf constant in the model's dtype).
+_HALF_TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+
+
+def _embedding_block(dtype: torch.dtype):
+    from aten_builder import AtenBuilder
+
+    b = AtenBuilder()
+    ids = b.input(torch.empty(2, 8, dtype=torch.int64), "ids")
+    types = b.input(torch.empty(2, 8, dtype=torch.int64), "types")
+    pos = b.input(torch.empty(1, 8, dtype=torch.int64), "pos")
+    mask = b.input(torch.empty(2, 8, dtype=torch.int64), "mask")
+    words, kinds, places = (b.input(torch.empty(n, 32, dtype=dtype), name)
+                            for n, name in ((300, "words"), (2, "kinds"), (20, "places")))
+    weight, bias = b.input(torch.empty(32, dtype=dtype), "w"), b.input(torch.empty(32, dtype=dtype), "b")
+    summed = b.call("add.Tensor", b.call("add.Tensor", b.call("embedding.default", words, ids),
+                                         b.call("embedding.default", kinds, types)),
+                    b.call("embedding.default", places, pos))
+    normed = b.call("native_layer_norm.default", summed, [32], weight, bias, 1e-12)[0]
+    keep = b.call("ne.Scalar", mask, 0)
+    # as scaled_dot_product_attention's decomposition turns a boolean mask into an additive one
+    additive = b.call("where.self", keep, b.call("scalar_tensor.default", 0.0, dtype=dtype),
+                      b.call("scalar_tensor.default", float("-inf"), dtype=dtype))
+    return b, b.output(normed, additive)
+
+
+def _embedding_block_inputs(dtype: torch.dtype, word: int | None) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 300, (2, 8), generator=gen)
+    if word is not None:
+        ids[1, 3] = word
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    mask[1, 6:] = 0
+    tables = [torch.randn(n, 32, generator=gen).to(dtype) for n in (300, 2, 20)]
+    return [ids, torch.randint(0, 2, (2, 8), generator=gen), torch.arange(8).view(1, 8) * 2, mask, *tables,
+            torch.randn(32, generator=gen).to(dtype), torch.randn(32, generator=gen).to(dtype)]
+
+
+@interpreted
+@pytest.mark.parametrize("word", [None, 299, 300, -1], ids=["in_range", "last", "past_end", "negative"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_embedding_block_in_each_precision_matches_eager(dtype, word):
+    """The block runs in every precision (bfloat16 constants included, which Triton's
+    interpreter could not build) and matches eager; a word index outside the table raises
+    eager's IndexError from the embedding's check, an in-range one (the last row too) never does."""
+    builder, compiled = _compiled(f"embedding_block_{dtype}", lambda: _embedding_block(dtype))
+    inputs = _embedding_block_inputs(dtype, word)
+    if word in (300, -1):
+        with pytest.raises(IndexOutOfBounds, match=r"dimension 0 of embedding.*\(size 300\)"):
+            compiled(*inputs)
+        return
+    got, want = compiled(*inputs), builder.eager(*inputs)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=_HALF_TOLERANCE[dtype], atol=_HALF_TOLERANCE[dtype])
