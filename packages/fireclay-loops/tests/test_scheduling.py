@@ -415,3 +415,19 @@ def test_a_loss_backward_one_hot_fuses_into_its_kernel():
     s, k, e = kernels(h.program(h.op("sub.Tensor", grad, total, out=t(6, 50))))
     assert (k, e) == (1, 0)
     assert s.report().fallback_count == 0
+
+
+def test_a_cast_read_by_later_loops_through_a_view_is_recomputed_not_stored():
+    # softmax over rows of a half-precision tensor viewed [2, 32, 50] -> [64, 50]: the float32 cast
+    # is written at 1600*(x // 32) + 50*(x % 32) + r and read at 50*x + r, the same place. The
+    # max, the sum and the normalisation loops each compute it again from the input.
+    h = Hand()
+    x = h.input("x", 2, 32, 50, dtype="float16")
+    c = h.op("_to_copy.default", x, dtype="float32", out=t(2, 32, 50))
+    v = h.op("view.default", c, [64, 50], out=t(64, 50))
+    out = softmax_decomposed(h, v, 64, 50)
+    s, k, e = kernels(h.program(out))
+    assert (k, e) == (1, 0)
+    kernel = s.kernels[0]
+    stored = {b for kn in kernel.nodes for b, _, _ in kn.writes()} - set(kernel.internal)
+    assert len(stored) == 1, stored  # the result alone
