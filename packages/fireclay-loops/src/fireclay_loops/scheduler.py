@@ -27,6 +27,7 @@ Every fusion considered leaves a :class:`Decision` with its reason, for the repo
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -407,23 +408,41 @@ def fuse(state: FusionState) -> None:
 
 
 def order_steps(state: FusionState) -> list[Group | ExternNode]:
+    """Kernels and extern calls in a topological order: of the steps whose inputs are ready, the
+    one earliest in the program first. A step waits for a buffer it reads until one of its other
+    writers ran (inputs of the program are ready from the start)."""
     steps: list[Group | ExternNode] = list(state.groups) + list(state.externs)
-    writes = {id(s): (s.writes() if isinstance(s, Group) else set(s.write_buffers())) for s in steps}
-    reads = {id(s): (s.reads() if isinstance(s, Group) else set(s.read_buffers())) for s in steps}
-    key = {id(s): (s.order if isinstance(s, Group) else state.position[s.name]) for s in steps}
-    done: list[Any] = []
-    remaining = sorted(steps, key=lambda s: key[id(s)])
+    writes = [s.writes() if isinstance(s, Group) else set(s.write_buffers()) for s in steps]
+    reads = [s.reads() if isinstance(s, Group) else set(s.read_buffers()) for s in steps]
+    key = [s.order if isinstance(s, Group) else state.position[s.name] for s in steps]
+    writers: dict[str, list[int]] = {}
+    for k, ws in enumerate(writes):
+        for b in ws:
+            writers.setdefault(b, []).append(k)
     produced = set(state.program.inputs)
-    while remaining:
-        for s in remaining:
-            pending = reads[id(s)] - produced
-            if not any(pending & writes[id(o)] for o in remaining if o is not s):
-                done.append(s)
-                produced |= writes[id(s)]
-                remaining.remove(s)
-                break
-        else:
-            raise RuntimeError("cycle among fused kernels; the fusion legality check failed")
+    waiting: list[int] = []
+    waiters: dict[str, list[int]] = {}
+    ready: list[tuple[Any, int]] = []
+    for k, rs in enumerate(reads):
+        blocking = [b for b in rs - produced if any(w != k for w in writers.get(b, ()))]
+        waiting.append(len(blocking))
+        for b in blocking:
+            waiters.setdefault(b, []).append(k)
+        if not blocking:
+            ready.append((key[k], k))
+    heapq.heapify(ready)
+    done: list[Any] = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        done.append(steps[k])
+        for b in writes[k] - produced:
+            produced.add(b)
+            for j in waiters.pop(b, ()):
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    heapq.heappush(ready, (key[j], j))
+    if len(done) != len(steps):
+        raise RuntimeError("cycle among fused kernels; the fusion legality check failed")
     return done
 
 
@@ -492,11 +511,19 @@ def finish_kernels(program: LoopProgram, steps: list[Group | ExternNode]) -> lis
     """Each group as a :class:`Kernel` (stages, internal buffers, merged loops); extern calls
     as they are."""
     read_by = {id(s): (s.reads() if isinstance(s, Group) else set(s.read_buffers())) for s in steps}
+    readers: dict[str, int] = {}
+    for s in steps:
+        for b in read_by[id(s)]:
+            readers[b] = readers.get(b, 0) + 1
     out: list[Kernel | ExternNode] = []
+    count = 0
     for s in steps:
         if isinstance(s, Group):
-            outside = set().union(*(read_by[id(o)] for o in steps if o is not s))
-            kernel = finish_kernel(f"kernel{len([k for k in out if isinstance(k, Kernel)])}", s, program, outside)
+            # what another step reads, of the buffers this one writes (all finish_kernel asks)
+            own = read_by[id(s)]
+            outside = {b for b in s.writes() if readers.get(b, 0) > (b in own)}
+            kernel = finish_kernel(f"kernel{count}", s, program, outside)
+            count += 1
             out.append(merge_kernel_loops(kernel) if config.merge_loops else kernel)
         else:
             out.append(s)
