@@ -26,16 +26,31 @@ from fireclay_loops.body import BodyRecorder, LoopBody
 from fireclay_loops.config import config
 from fireclay_loops.ir import ComputeNode, LoopProgram
 
+_PRODUCER_VARS_LIMIT = 1 << 14
+_producer_vars_by_store: dict[Any, tuple | None] = {}  # by (store index, variables, sizes)
+
 
 def _producer_vars(p: ComputeNode) -> list[tuple[sympy.Symbol, sympy.Expr, sympy.Expr]] | None:
     """``(var, stride, size)`` of a pointwise producer that stores at ``sum(var * stride)``
     (contiguously), or None when its store has another shape."""
     [(_, index, _)] = p.body.writes()
+    key = (index, tuple(p.body.vars), tuple(p.body.sizes))
+    if key not in _producer_vars_by_store:  # asked for every node and every inlined load
+        if len(_producer_vars_by_store) >= _PRODUCER_VARS_LIMIT:
+            _producer_vars_by_store.clear()
+        found = _store_vars(index, p.body.vars, p.body.sizes)
+        _producer_vars_by_store[key] = tuple(found) if found is not None else None
+    found = _producer_vars_by_store[key]
+    return list(found) if found is not None else None
+
+
+def _store_vars(index: sympy.Expr, vars_: list[sympy.Symbol],
+                sizes: list[sympy.Expr]) -> list[tuple[sympy.Symbol, sympy.Expr, sympy.Expr]] | None:
     index = sympy.expand(index)
     out, rest = [], index
-    for v, n in zip(p.body.vars, p.body.sizes):
+    for v, n in zip(vars_, sizes):
         c = index.coeff(v)
-        if c.free_symbols & set(p.body.vars) or (exprs.to_static(c) or 0) <= 0:
+        if c.free_symbols & set(vars_) or (exprs.to_static(c) or 0) <= 0:
             return None
         out.append((v, c, n))
         rest = rest - c * v
