@@ -24,6 +24,20 @@ __all__ = ["FloorDiv", "Mod", "modular_indexing", "symbol", "as_expr", "parse", 
 
 _UNBOUNDED = ValueRange()
 
+# Answers of the pure functions below, by their (hashable, structurally compared) arguments: a
+# model of N identical layers asks the same questions N times. Dropped whole past the limit.
+_MEMO_LIMIT = 1 << 16
+_simplified: dict[Any, Expr] = {}
+_equal: dict[tuple[Expr, Expr], bool] = {}
+_strings: dict[Expr, str] = {}
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any) -> Any:
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+    return value
+
 
 def symbol(name: str) -> sympy.Symbol:
     """An integer symbol (loop variable or size), the same object fireclay-shapes makes."""
@@ -54,13 +68,25 @@ def parse(text: str) -> Expr:
 
 
 def to_str(e: Any) -> str:
-    return _dumps(as_expr(e))
+    e = as_expr(e)
+    found = _strings.get(e)
+    return found if found is not None else _remember(_strings, e, _dumps(e))
 
 
 def simplify(e: Any, var_sizes: Mapping[str, Any] | None = None) -> Expr:
     """Expanded, and with ``FloorDiv``/``Mod`` folded where the loop variables' ranges
     (``0 <= v < size`` for each ``var_sizes`` entry) decide them."""
-    e = sympy.expand(as_expr(e))
+    e = as_expr(e)
+    key = (e, tuple(var_sizes.items()) if var_sizes else ())
+    try:
+        found = _simplified.get(key)
+    except TypeError:  # a size that is no expression (a caller's mistake): as_expr will say so
+        return _simplify(e, var_sizes)
+    return found if found is not None else _remember(_simplified, key, _simplify(e, var_sizes))
+
+
+def _simplify(e: Expr, var_sizes: Mapping[str, Any] | None) -> Expr:
+    e = sympy.expand(e)
     if var_sizes and e.has(FloorDiv, Mod):
         ranges = {}
         for name, size in var_sizes.items():
@@ -95,6 +121,11 @@ def equal(a: Any, b: Any) -> bool:
         return True
     if a.is_Integer and b.is_Integer:
         return False
+    found = _equal.get((a, b))
+    return found if found is not None else _remember(_equal, (a, b), _provably_equal(a, b))
+
+
+def _provably_equal(a: Expr, b: Expr) -> bool:
     diff = sympy.expand(a - b)
     if diff == 0:
         return True

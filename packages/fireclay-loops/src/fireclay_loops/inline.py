@@ -26,16 +26,31 @@ from fireclay_loops.body import BodyRecorder, LoopBody
 from fireclay_loops.config import config
 from fireclay_loops.ir import ComputeNode, LoopProgram
 
+_PRODUCER_VARS_LIMIT = 1 << 14
+_producer_vars_by_store: dict[Any, tuple | None] = {}  # by (store index, variables, sizes)
+
 
 def _producer_vars(p: ComputeNode) -> list[tuple[sympy.Symbol, sympy.Expr, sympy.Expr]] | None:
     """``(var, stride, size)`` of a pointwise producer that stores at ``sum(var * stride)``
     (contiguously), or None when its store has another shape."""
     [(_, index, _)] = p.body.writes()
+    key = (index, tuple(p.body.vars), tuple(p.body.sizes))
+    if key not in _producer_vars_by_store:  # asked for every node and every inlined load
+        if len(_producer_vars_by_store) >= _PRODUCER_VARS_LIMIT:
+            _producer_vars_by_store.clear()
+        found = _store_vars(index, p.body.vars, p.body.sizes)
+        _producer_vars_by_store[key] = tuple(found) if found is not None else None
+    found = _producer_vars_by_store[key]
+    return list(found) if found is not None else None
+
+
+def _store_vars(index: sympy.Expr, vars_: list[sympy.Symbol],
+                sizes: list[sympy.Expr]) -> list[tuple[sympy.Symbol, sympy.Expr, sympy.Expr]] | None:
     index = sympy.expand(index)
     out, rest = [], index
-    for v, n in zip(p.body.vars, p.body.sizes):
+    for v, n in zip(vars_, sizes):
         c = index.coeff(v)
-        if c.free_symbols & set(p.body.vars) or (exprs.to_static(c) or 0) <= 0:
+        if c.free_symbols & set(vars_) or (exprs.to_static(c) or 0) <= 0:
             return None
         out.append((v, c, n))
         rest = rest - c * v
@@ -195,23 +210,26 @@ def inline_pointwise(program: LoopProgram, decisions: list[Any]) -> LoopProgram:
     that could not share their kernel; producers nobody reads any more are dropped."""
     from fireclay_loops.scheduler import Decision, legal_merge, single_group
 
-    nodes = list(program.nodes)
-    position = {n.name: k for k, n in enumerate(nodes)}
+    position = {n.name: k for k, n in enumerate(program.nodes)}
     outputs = program.output_buffers()
-    # The current version of each node by name, and what each version reads: both kept up to
-    # date as consumers are replaced, instead of searching and re-walking every body per producer.
-    by_name = {n.name: n for n in nodes}
-    reads = {n: set(n.read_buffers()) for n in nodes}
+    # The current version of each node by name, in program order, and who reads each buffer:
+    # both kept up to date as consumers are replaced, instead of searching and re-walking every
+    # body per producer (a scan of every node per producer is quadratic in the model's size).
+    alive = {n.name: n for n in program.nodes}
+    readers_of: dict[str, set[str]] = {}
+    for n in program.nodes:
+        for b in n.read_buffers():
+            readers_of.setdefault(b, set()).add(n.name)
     # Consumers before their producers: once a producer is recomputed inside its consumers, the
     # producer's own producers see those consumers as their readers (batch norm -> relu -> max
     # pool: relu, then the normalisation, are recomputed in the pooling windows).
-    for name in [n.name for n in reversed(nodes)]:
+    for name in [n.name for n in reversed(program.nodes)]:
         # look the node up again: an earlier inlining may have replaced it by a new version
-        p = by_name[name]
+        p = alive[name]
         if not isinstance(p, ComputeNode) or not can_inline(p, outputs):
             continue
         buf = p.body.writes()[0][0]
-        readers = [n for n in nodes if buf in reads[n]]
+        readers = [alive[r] for r in sorted(readers_of.get(buf, ()), key=position.__getitem__)]
         if not readers or not all(isinstance(r, ComputeNode) for r in readers):
             continue
         for r in readers:
@@ -226,12 +244,17 @@ def inline_pointwise(program: LoopProgram, decisions: list[Any]) -> LoopProgram:
                 decisions.append(Decision("keep apart", p.name, r.name, "recompute",
                                           f"{reason}; recomputing would repeat its transcendental ops"))
                 continue
-            k = nodes.index(r)
-            nodes[k] = by_name[r.name] = inline_into(r, p, buf, program)
-            reads[nodes[k]] = set(nodes[k].read_buffers())
+            new = alive[r.name] = inline_into(r, p, buf, program)
+            for b in r.read_buffers():
+                readers_of[b].discard(r.name)
+            for b in new.read_buffers():
+                readers_of.setdefault(b, set()).add(r.name)
             decisions.append(Decision("inline", p.name, r.name, "recompute", f"{reason}; recomputed instead"))
-        if not any(buf in reads[n] for n in nodes):
-            nodes.remove(p)
+        if not readers_of.get(buf):
+            del alive[p.name]
+            for b in p.read_buffers():
+                readers_of[b].discard(p.name)
+    nodes = list(alive.values())
     kept = {b for n in nodes for b in n.read_buffers() + n.write_buffers()} | set(program.inputs)
     return LoopProgram({b: v for b, v in program.buffers.items() if b in kept}, nodes, list(program.inputs),
                        dict(program.symbols), program.seed, set(program.donated),

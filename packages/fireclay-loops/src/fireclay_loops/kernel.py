@@ -14,7 +14,9 @@ written and read only inside the kernel, at the same index: they never reach mem
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import sympy
 
@@ -70,3 +72,68 @@ class Kernel:
     def write_buffers(self) -> list[str]:
         return list(dict.fromkeys(b for kn in self.nodes for b, _, _ in kn.node.body.writes()
                                   if b not in self.internal))
+
+
+MEMORY_OPS = ("load", "masked_load", "store", "store_reduction")  # ops whose first argument is a buffer name
+
+
+def _argument_key(a: Any) -> Any:
+    """A hashable stand-in for one op argument that tells apart what a code generator writes
+    differently: ``1``, ``1.0``, ``True`` and ``-0.0`` (equal as Python values) keep their types and
+    bits. Raises TypeError for an argument of no known kind."""
+    if isinstance(a, (bool, int, str)) or a is None:
+        return (type(a).__name__, a)
+    if isinstance(a, float):
+        return ("float", a.hex())  # -0.0 and 0.0 differ; every nan of one payload is one key
+    if isinstance(a, sympy.Basic):
+        return (type(a).__name__, a)
+    if isinstance(a, (tuple, list)):
+        return (type(a).__name__,) + tuple(_argument_key(x) for x in a)
+    if type(a).__hash__ is not None and _frozen_dataclass(a):
+        return (type(a).__name__, a)
+    raise TypeError(f"no structural key for an argument of type {type(a).__name__}")
+
+
+def _frozen_dataclass(a: Any) -> bool:
+    params = getattr(type(a), "__dataclass_params__", None)
+    return bool(params is not None and params.frozen)
+
+
+def structure(kernel: Kernel, describe: Callable[[str], Any]) -> tuple[Any, list[str]] | None:
+    """A key that two kernels share exactly when they do the same work on other buffers, and the
+    kernel's buffers in the order the key numbers them. The key holds every node's ops (buffer names
+    replaced by their number in order of first use), variable maps and stages, the kernel's sizes
+    and internal buffers, and ``describe(buffer)`` of each buffer (what a code generator reads of
+    it: its dtype, its extent). None when some op argument has no structural key (never shared).
+
+    A code generator that writes a kernel's text from these alone, with its arguments in order of
+    first use, may reuse one kernel's text for any kernel of the same key (the layers of a model)."""
+    numbers: dict[str, int] = {}
+
+    def number(buf: str) -> int:
+        found = numbers.get(buf)
+        if found is None:
+            found = numbers[buf] = len(numbers)
+        return found
+
+    try:
+        nodes = []
+        for kn in kernel.nodes:
+            body = kn.node.body
+            ops = []
+            for op in body.ops:
+                if op.name in MEMORY_OPS:
+                    args = (("buffer", number(op.args[0])),) + tuple(_argument_key(a) for a in op.args[1:])
+                else:
+                    args = tuple(_argument_key(a) for a in op.args)
+                ops.append((op.name, args, op.dtype))
+            nodes.append((tuple(body.sizes), tuple(body.reduction_sizes), tuple(ops),
+                          tuple(kn.var_map.items()), kn.stage))
+        buffers = list(numbers)
+        internal = tuple(sorted(numbers[b] for b in kernel.internal if b in numbers))
+        key = (tuple(nodes), tuple(kernel.xsizes), tuple(kernel.rsizes), internal,
+               tuple(describe(b) for b in buffers))
+        hash(key)
+    except TypeError:
+        return None
+    return key, buffers

@@ -27,6 +27,7 @@ Every fusion considered leaves a :class:`Decision` with its reason, for the repo
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -230,7 +231,9 @@ def _index_conflict(writer: list[Any], reader: list[Any]) -> str | None:
 
 
 class StepGraph:
-    """Which steps (groups and extern calls) feed which, for the cycle check of a fusion."""
+    """Which steps (groups and extern calls) feed which, for the cycle check of a fusion. Each
+    step's descendants are kept as a bit set (one bit per step), so that the check asks a few
+    sets instead of walking the graph once per pair of candidates."""
 
     def __init__(self, state: FusionState):
         steps = [(g.name, g.reads(), g.writes()) for g in state.groups] + \
@@ -240,6 +243,32 @@ class StepGraph:
             for b in reads:
                 readers.setdefault(b, []).append(name)
         self.succ = {name: {r for b in writes for r in readers.get(b, ()) if r != name} for name, _, writes in steps}
+        self.bit = {name: 1 << k for k, name in enumerate(self.succ)}
+        self._bits = len(self.bit)
+        self.reach: dict[str, int] | None = self._descendants()
+
+    def _descendants(self) -> dict[str, int] | None:
+        """Each step's descendants as a bit set; None if the steps are not acyclic (the walk of
+        :meth:`path_outside` then answers)."""
+        preds = {name: 0 for name in self.succ}
+        for nexts in self.succ.values():
+            for n in nexts:
+                preds[n] += 1
+        order = [name for name, k in preds.items() if k == 0]
+        for name in order:  # grows while it is read: Kahn's order
+            for n in self.succ[name]:
+                preds[n] -= 1
+                if preds[n] == 0:
+                    order.append(n)
+        if len(order) != len(self.succ):
+            return None
+        reach: dict[str, int] = {}
+        for name in reversed(order):
+            r = 0
+            for n in self.succ[name]:
+                r |= self.bit[n] | reach[n]
+            reach[name] = r
+        return reach
 
     def merge(self, a: str, b: str, merged: str) -> None:
         """Replace steps ``a`` and ``b`` by their fusion ``merged``."""
@@ -250,9 +279,22 @@ class StepGraph:
                 nexts.discard(b)
                 nexts.add(merged)
         self.succ[merged] = succ
+        both = self.bit.pop(a, 0) | self.bit.pop(b, 0)
+        self.bit[merged] = bit = 1 << self._bits
+        self._bits += 1
+        if self.reach is None:
+            return
+        below = (self.reach.pop(a, 0) | self.reach.pop(b, 0)) & ~both
+        for name, r in self.reach.items():
+            if r & both:  # reached a or b: now reaches the fusion and all it reaches
+                self.reach[name] = (r & ~both) | bit | below
+        self.reach[merged] = below
 
     def path_outside(self, a: str, b: str) -> bool:
         """Whether a path ``a -> ... -> b`` passes through some third step."""
+        if self.reach is not None:
+            target = self.bit.get(b, 0)
+            return any(self.reach[s] & target for s in self.succ.get(a, ()) if s != b)
         stack = [s for s in self.succ.get(a, ()) if s != b]
         seen = set(stack)
         while stack:
@@ -407,23 +449,41 @@ def fuse(state: FusionState) -> None:
 
 
 def order_steps(state: FusionState) -> list[Group | ExternNode]:
+    """Kernels and extern calls in a topological order: of the steps whose inputs are ready, the
+    one earliest in the program first. A step waits for a buffer it reads until one of its other
+    writers ran (inputs of the program are ready from the start)."""
     steps: list[Group | ExternNode] = list(state.groups) + list(state.externs)
-    writes = {id(s): (s.writes() if isinstance(s, Group) else set(s.write_buffers())) for s in steps}
-    reads = {id(s): (s.reads() if isinstance(s, Group) else set(s.read_buffers())) for s in steps}
-    key = {id(s): (s.order if isinstance(s, Group) else state.position[s.name]) for s in steps}
-    done: list[Any] = []
-    remaining = sorted(steps, key=lambda s: key[id(s)])
+    writes = [s.writes() if isinstance(s, Group) else set(s.write_buffers()) for s in steps]
+    reads = [s.reads() if isinstance(s, Group) else set(s.read_buffers()) for s in steps]
+    key = [s.order if isinstance(s, Group) else state.position[s.name] for s in steps]
+    writers: dict[str, list[int]] = {}
+    for k, ws in enumerate(writes):
+        for b in ws:
+            writers.setdefault(b, []).append(k)
     produced = set(state.program.inputs)
-    while remaining:
-        for s in remaining:
-            pending = reads[id(s)] - produced
-            if not any(pending & writes[id(o)] for o in remaining if o is not s):
-                done.append(s)
-                produced |= writes[id(s)]
-                remaining.remove(s)
-                break
-        else:
-            raise RuntimeError("cycle among fused kernels; the fusion legality check failed")
+    waiting: list[int] = []
+    waiters: dict[str, list[int]] = {}
+    ready: list[tuple[Any, int]] = []
+    for k, rs in enumerate(reads):
+        blocking = [b for b in rs - produced if any(w != k for w in writers.get(b, ()))]
+        waiting.append(len(blocking))
+        for b in blocking:
+            waiters.setdefault(b, []).append(k)
+        if not blocking:
+            ready.append((key[k], k))
+    heapq.heapify(ready)
+    done: list[Any] = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        done.append(steps[k])
+        for b in writes[k] - produced:
+            produced.add(b)
+            for j in waiters.pop(b, ()):
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    heapq.heappush(ready, (key[j], j))
+    if len(done) != len(steps):
+        raise RuntimeError("cycle among fused kernels; the fusion legality check failed")
     return done
 
 
@@ -431,16 +491,19 @@ def finish_kernel(name: str, group: Group, program: LoopProgram, readers_outside
     nodes: list[KernelNode] = []
     stage_of: dict[str, int] = {}
     writer_of: dict[str, KernelNode] = {}
+    # (buffer names only: a node's accesses in kernel variables would rewrite every index)
+    read_names: dict[int, set[str]] = {}
     for n in group.nodes:
         kn = KernelNode(n, group.var_maps[n.name])
         stage = 0
-        for buf, _, _ in kn.reads():
+        read_names[id(kn)] = set(n.read_buffers())
+        for buf in read_names[id(kn)]:
             w = writer_of.get(buf)
             if w is not None:
                 stage = max(stage, w.stage + (1 if w.node.kind == "reduction" else 0))
         kn.stage = stage
         nodes.append(kn)
-        for buf, _, _ in kn.writes():
+        for buf, _, _ in n.body.writes():
             writer_of[buf] = kn
             stage_of[buf] = stage
     rvars = {exprs.symbol(f"r{k}") for k in range(len(group.rsizes))}
@@ -448,13 +511,13 @@ def finish_kernel(name: str, group: Group, program: LoopProgram, readers_outside
     outputs = program.output_buffers()
     writers: dict[str, int] = {}
     for kn in nodes:
-        for b, _, _ in kn.writes():
+        for b, _, _ in kn.node.body.writes():
             writers[b] = writers.get(b, 0) + 1
     for buf, w in writer_of.items():
         if buf in outputs or buf in readers_outside:
             continue
         write_index = next(i for b, i, _ in w.writes() if b == buf)
-        crosses = any(buf in {b for b, _, _ in kn.reads()} and kn.stage > w.stage for kn in nodes)
+        crosses = any(buf in read_names[id(kn)] and kn.stage > w.stage for kn in nodes)
         if crosses and write_index.free_symbols & rvars and not _recomputable(buf, w, write_index, nodes, writers):
             continue  # needed by a later loop over r: stays in memory
         internal.add(buf)
@@ -492,11 +555,19 @@ def finish_kernels(program: LoopProgram, steps: list[Group | ExternNode]) -> lis
     """Each group as a :class:`Kernel` (stages, internal buffers, merged loops); extern calls
     as they are."""
     read_by = {id(s): (s.reads() if isinstance(s, Group) else set(s.read_buffers())) for s in steps}
+    readers: dict[str, int] = {}
+    for s in steps:
+        for b in read_by[id(s)]:
+            readers[b] = readers.get(b, 0) + 1
     out: list[Kernel | ExternNode] = []
+    count = 0
     for s in steps:
         if isinstance(s, Group):
-            outside = set().union(*(read_by[id(o)] for o in steps if o is not s))
-            kernel = finish_kernel(f"kernel{len([k for k in out if isinstance(k, Kernel)])}", s, program, outside)
+            # what another step reads, of the buffers this one writes (all finish_kernel asks)
+            own = read_by[id(s)]
+            outside = {b for b in s.writes() if readers.get(b, 0) > (b in own)}
+            kernel = finish_kernel(f"kernel{count}", s, program, outside)
+            count += 1
             out.append(merge_kernel_loops(kernel) if config.merge_loops else kernel)
         else:
             out.append(s)

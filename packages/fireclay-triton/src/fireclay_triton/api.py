@@ -10,6 +10,7 @@ before ``compile_program`` returns, in parallel (:mod:`fireclay_triton.precompil
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -19,9 +20,10 @@ from typing import Any
 import sympy
 import torch
 
-from fireclay_loops import ScheduledProgram
+from fireclay_loops import Kernel, ScheduledProgram
 from fireclay_loops.backend import constant_size, to_scheduled
 from fireclay_loops.cache_dirs import cache_folder_or_private
+from fireclay_loops.kernel import structure
 from fireclay_triton import precompile, runtime
 from fireclay_triton.autotune import TuningCache
 from fireclay_triton.config import Config, config, interpreting
@@ -33,12 +35,49 @@ from fireclay_triton.wrapper_codegen import generate_wrapper
 log = logging.getLogger("fireclay_triton")
 
 
+@dataclasses.dataclass
+class KernelMemo:
+    """Generated kernels by structure (``fireclay_loops.kernel.structure``): a model's identical
+    layers give kernels that differ only in their buffers, written once. ``generated`` counts the
+    kernels written, ``reused`` those taken from the memo. Emptied whole past ``limit`` entries."""
+
+    limit: int = 4096
+    generated: int = 0
+    reused: int = 0
+    sources: dict[Any, KernelSource] = dataclasses.field(default_factory=dict)
+
+    def kernel(self, k: Kernel, dtype: Callable[[str], str], extent: Callable[[str], sympy.Expr], interpret: bool,
+               persistent_limit: int) -> KernelSource:
+        found = structure(k, lambda b: (dtype(b), extent(b)))
+        if found is None:
+            self.generated += 1
+            return generate_kernel(k, dtype, extent, interpret, persistent_limit)
+        key, buffers = found
+        key = (key, interpret, persistent_limit)
+        model = self.sources.get(key)
+        if model is None:
+            self.generated += 1
+            source = generate_kernel(k, dtype, extent, interpret, persistent_limit)
+            if len(self.sources) >= self.limit:
+                self.sources.clear()
+            number = {b: j for j, b in enumerate(buffers)}
+            # kept with its buffers as numbers of first use, named again for each kernel it serves
+            self.sources[key] = dataclasses.replace(source, name="", buffers=[number[b] for b in source.buffers])
+            return source
+        self.reused += 1
+        return dataclasses.replace(model, name=k.name, buffers=[buffers[j] for j in model.buffers],
+                                   symbols=list(model.symbols), checks=list(model.checks))
+
+
+kernel_memo = KernelMemo()
+
+
 def generate_kernels(scheduled: ScheduledProgram, cfg: Config = config,
                      interpret: bool | None = None) -> list[KernelSource]:
     prog = scheduled.program
     interpret = interpreting() if interpret is None else interpret
-    return [generate_kernel(k, lambda b: prog.buffers[b].dtype, lambda b: prog.buffers[b].storage_numel, interpret,
-                            cfg.persistent_limit)
+    return [kernel_memo.kernel(k, lambda b: prog.buffers[b].dtype, lambda b: prog.buffers[b].storage_numel, interpret,
+                               cfg.persistent_limit)
             for k in scheduled.kernels]
 
 

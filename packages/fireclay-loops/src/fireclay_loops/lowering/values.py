@@ -127,6 +127,21 @@ def view(value: TensorValue, size: Sequence[Any], index_map: Callable[[Index], I
     return MappedValue(value, size, index_map)
 
 
+def permuted(value: TensorValue, dims: Sequence[int]) -> TensorValue:
+    """``value`` with its dimensions in the order ``dims``. A buffer of static strides and offset
+    needs no algebra: its strides trade places (what :func:`view` finds by expanding the index)."""
+    if isinstance(value, BufferValue) and value.offset.is_Integer and all(s.is_Integer for s in value.stride):
+        return BufferValue(value.buffer, [value.size[d] for d in dims], [value.stride[d] for d in dims], value.offset)
+
+    def index_map(idx: Index) -> Index:
+        old: list[Any] = [None] * value.rank
+        for k, d in enumerate(dims):
+            old[d] = idx[k]
+        return old
+
+    return view(value, [value.size[d] for d in dims], index_map)
+
+
 def loads_of(values: Sequence[Any]) -> int:
     """Memory loads that loading each tensor value of ``values`` once records (scalars and
     None count nothing)."""

@@ -11,7 +11,7 @@ import sympy
 
 from fireclay_loops import exprs
 from fireclay_loops.lowering.registry import register_lowering
-from fireclay_loops.lowering.values import BufferValue, view
+from fireclay_loops.lowering.values import BufferValue, permuted, view
 
 # The ops lowered here that neither compute nor copy (flip and repeat read through an index map
 # and count as computing): other lowerings look through them to the ops that read their results.
@@ -130,15 +130,7 @@ def lower_alias(ctx, x):
 
 @register_lowering("permute.default")
 def lower_permute(ctx, x, dims):
-    dims = [_norm(d, x.rank) for d in dims]
-
-    def index_map(idx):
-        old = [None] * x.rank
-        for k, d in enumerate(dims):
-            old[d] = idx[k]
-        return old
-
-    return view(x, [x.size[d] for d in dims], index_map)
+    return permuted(x, [_norm(d, x.rank) for d in dims])
 
 
 @register_lowering("transpose.int")
