@@ -22,6 +22,7 @@ import sympy
 from fireclay_cpp.op_templates import Accumulator, CValue
 from fireclay_cpp.prelude import CTYPES
 from fireclay_loops.backend import Scope, StagePlan, access, indent
+from fireclay_loops.backend.reductions import REDUCTIONS
 from fireclay_loops.dtypes import ITEMSIZE
 
 if TYPE_CHECKING:
@@ -148,10 +149,8 @@ def narrowed_block(gen: CppKernelGen, xs: list[str], width: int, work: sympy.Exp
     ]
 
 def _accumulator_bytes(acc: Accumulator) -> int:
-    """Bytes one point of ``acc`` takes in a column block's array (its accumulator struct:
-    Welford keeps three values, argmax/argmin a value and an index)."""
-    size = _CTYPE_BYTES[acc.ctype]
-    return {"welford": 3 * size, "argmax": 16, "argmin": 16}.get(acc.kind, size)
+    """Bytes one point of ``acc`` takes in a column block's array (its accumulator struct)."""
+    return REDUCTIONS[acc.kind].state_bytes(_CTYPE_BYTES[acc.ctype])
 
 
 # (the compute types are the storage types of the dtypes that are computed in their own type)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from functools import partialmethod
 
-from fireclay_loops.backend.dtypes import extreme, is_float, reduction_init
+from fireclay_loops.backend.dtypes import extreme, is_float
 from fireclay_loops.backend.patterns import canonical, exp_of_difference, strip_casts
+from fireclay_loops.backend.reductions import REDUCTIONS
 from fireclay_triton.op_templates import TritonOps, TritonValue, literal, tl_dtype
 from fireclay_triton.split_reduction import SPLITTABLE, chan_merge, split_result
 from fireclay_triton.tiling import NotSplittable
@@ -114,14 +115,13 @@ class TritonKernelOps(TritonOps):
             found = self._online_softmax_source(value)
             if found is not None:
                 return self._online_sum(dtype, *found)
-        if kind in ("any", "all"):
+        form = REDUCTIONS[kind]
+        if form.truth:  # (a truth as an int8 of 0 or 1: `or` is its maximum, `and` its minimum)
             t, v = "tl.int8", f"({value.name} != 0).to(tl.int8)"
         else:
             t, v = tl_dtype(dtype), f"{value.name}.to({tl_dtype(dtype)})"
-        init_text = literal(reduction_init(kind, dtype))
-        step = {"sum": f"{acc} + {v}", "prod": f"{acc} * {v}", "max": f"fc_maximum({acc}, {v})",
-                "min": f"fc_minimum({acc}, {v})", "any": f"tl.maximum({acc}, {v})",
-                "all": f"tl.minimum({acc}, {v})"}[kind]
+        init_text = literal(form.start_value(dtype))
+        step = _FOLD[form.fold].format(a=acc, b=v)
         init = TritonValue(name=acc, code=f"{acc} = tl.full({_FULL}, {init_text}, {t})", dtype=dtype, dims=_XR)
         update = TritonValue(name="", code=f"{acc} = tl.where(xrmask, {step}, {acc})", deps=[init, value],
                              dtype=dtype, dims=_XR, varying=True)
@@ -184,5 +184,8 @@ class TritonKernelOps(TritonOps):
 
 
 _FULL = "[XBLOCK, RBLOCK]"
+# a fold of a reduction form (fireclay_loops.backend.reductions) on a tile of states
+_FOLD = {"add": "{a} + {b}", "mul": "{a} * {b}", "maximum": "fc_maximum({a}, {b})", "minimum": "fc_minimum({a}, {b})",
+         "logical_or": "tl.maximum({a}, {b})", "logical_and": "tl.minimum({a}, {b})"}
 _X = frozenset({"x"})
 _XR = frozenset({"x", "r"})
