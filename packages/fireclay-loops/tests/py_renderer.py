@@ -14,7 +14,16 @@ import sympy
 import torch
 
 from fireclay_loops import Kernel
-from fireclay_loops.backend import KernelEmitter, KernelOps, Scope, Value, indent, py_expr, to_scheduled
+from fireclay_loops.backend import (
+    REDUCTIONS,
+    KernelEmitter,
+    KernelOps,
+    Scope,
+    Value,
+    indent,
+    py_expr,
+    to_scheduled,
+)
 
 # -- op templates: ``{a}``, ``{b}`` are operand names
 UNARY = {"neg": "-{a}", "abs": "abs({a})", "exp": "math.exp({a})", "log": "math.log({a})",
@@ -28,9 +37,12 @@ BINARY = {"add": "{a} + {b}", "sub": "{a} - {b}", "mul": "{a} * {b}", "truediv":
           "logical_and": "{a} and {b}", "logical_or": "{a} or {b}"}
 CAST = {"bool": "bool", "float32": "float", "float64": "float", "int64": "int", "int32": "int"}
 PYTHON_TYPE = {"bool": bool, "float": float, "int": int}
-# reduction kind -> (initial value, update with {acc} and {v})
-ACCUMULATE = {"sum": ("0.0", "{acc} += {v}"), "prod": ("1.0", "{acc} *= {v}"),
-              "max": ("-math.inf", "{acc} = max({acc}, {v})"), "min": ("math.inf", "{acc} = min({acc}, {v})")}
+
+
+def literal(value: float | int, dtype: str) -> str:
+    """Python text of ``value`` as a ``dtype`` (``float('inf')`` where repr will not do)."""
+    v = PYTHON_TYPE[CAST[dtype]](value)
+    return repr(v) if not isinstance(v, float) or math.isfinite(v) else f"float({str(v)!r})"
 
 
 @dataclass(eq=False, kw_only=True)
@@ -81,8 +93,7 @@ class PyOps(KernelOps):
     def constant(self, value, dtype):
         if dtype not in CAST:
             raise NotImplementedError(f"the Python renderer has no dtype {dtype}")
-        v = PYTHON_TYPE[CAST[dtype]](value)
-        return self._val(repr(v) if not isinstance(v, float) or math.isfinite(v) else f"float({str(v)!r})", [])
+        return self._val(literal(value, dtype), [])
 
     def index_expr(self, expr, dtype):
         text, deps, varying = self._index(expr)
@@ -114,12 +125,16 @@ class PyOps(KernelOps):
         return self._val(f"{a.name} if {c.name} else {b.name}", [c, a, b])
 
     def accumulate(self, kind, *, dtype, src_dtype, value):
-        if kind not in ACCUMULATE:
+        """A reduction of one part, rendered from its form: the start, then the fold in the
+        op templates (argmax and argmin keep an index too: not rendered here)."""
+        form = REDUCTIONS[kind]
+        if not form.fold:
             raise NotImplementedError(f"the Python renderer has no {kind} reduction")
         acc = self.gen.fresh("acc")
-        init, update = ACCUMULATE[kind]
-        self.gen.inits.append(f"{acc} = {init}")
-        self.gen.roots.append(PyValue(name="", code=update.format(acc=acc, v=value.name), deps=[value], varying=True))
+        self.gen.inits.append(f"{acc} = {literal(form.start_value(dtype), 'bool' if form.truth else dtype)}")
+        v = f"{value.name} != 0" if form.truth else value.name
+        update = f"{acc} = {BINARY[form.fold].format(a=acc, b=v)}"
+        self.gen.roots.append(PyValue(name="", code=update, deps=[value], varying=True))
         return PyValue(name=acc, code="")
 
     def reduce_welford(self, *, dtype, src_dtype, value):

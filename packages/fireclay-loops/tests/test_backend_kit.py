@@ -24,6 +24,7 @@ from fireclay_loops.backend import (
     patterns,
     wrapper_text,
 )
+from fireclay_loops.backend.reductions import REDUCTIONS
 from fireclay_loops.ops import BINARY, REDUCTION_TYPES, UNARY
 
 
@@ -159,8 +160,9 @@ def test_index_steps():
 @pytest.mark.parametrize("got, expected", [
     (dtypes.extreme("float32", largest=True), math.inf), (dtypes.extreme("int8", largest=False), -128),
     (dtypes.extreme("int64", largest=True), 2**63 - 1), (dtypes.extreme("uint8", largest=True), 255),
-    (dtypes.extreme("bool", largest=False), 0), (dtypes.reduction_init("prod", "int32"), 1),
-    (dtypes.reduction_init("max", "int16"), -32768), (dtypes.reduction_init("min", "bfloat16"), math.inf),
+    (dtypes.extreme("bool", largest=False), 0), (REDUCTIONS["prod"].start_value("int32"), 1),
+    (REDUCTIONS["max"].start_value("int16"), -32768), (REDUCTIONS["min"].start_value("bfloat16"), math.inf),
+    (REDUCTIONS["argmax"].start_value("float32", part=1), -1), (REDUCTIONS["all"].start_value("bool"), 1),
     (dtypes.as_float32(0.1), struct.unpack("f", struct.pack("f", 0.1))[0]), (dtypes.as_float32(1e39), 1e39),
 ])
 def test_dtype_facts(got, expected):
@@ -209,3 +211,55 @@ def test_a_softmax_term_and_the_same_computation_in_two_loops():
 def test_a_flat_index_unflattens_row_major():
     gen = KernelEmitter(Kernel("k", [], [sympy.Integer(2), sympy.Integer(3), sympy.Integer(4)], []))
     assert gen.unflatten("x") == [("x0", 12, None), ("x1", 4, 3), ("x2", 1, 4)]
+
+
+def test_every_reduction_kind_has_one_form():
+    assert sorted(REDUCTIONS) == sorted(REDUCTION_TYPES)
+    for form in REDUCTIONS.values():
+        assert len(form.start) == len(form.parts) and (form.fold in BINARY or not form.fold)
+        assert bool(form.fold) == (len(form.parts) == 1)
+
+
+@pytest.mark.parametrize("kind, dtype", [
+    ("sum", "float32"), ("sum", "int64"), ("prod", "float64"), ("prod", "int32"), ("max", "float32"),
+    ("max", "int8"), ("min", "float64"), ("min", "int16"), ("any", "float32"), ("all", "int32"), ("all", "bool"),
+])
+def test_a_folded_form_reduces_as_eager_in_any_split(kind, dtype):
+    """A form of one part, run as generated code runs it: lanes fold values from the start,
+    then their partial states merge by the same op (a NaN included for max and min)."""
+    torch = pytest.importorskip("torch")
+    fold = {"add": torch.add, "mul": torch.mul, "maximum": torch.maximum, "minimum": torch.minimum,
+            "logical_or": torch.logical_or, "logical_and": torch.logical_and}
+    form = REDUCTIONS[kind]
+    dt = getattr(torch, dtype)
+    gen = torch.Generator().manual_seed(len(kind) * 31 + len(dtype))
+    if dt.is_floating_point:
+        x = torch.randn(7, 12, generator=gen, dtype=dt) / 2 + 1
+        if form.selects:
+            x[3, 5] = math.nan
+    else:
+        x = torch.randint(0, 3, (7, 12), generator=gen).to(dt)
+    if form.truth:
+        x = x != 0
+    state_dtype = torch.bool if form.truth else dt
+    for lanes in (1, 3, 4):
+        parts = []
+        for lane in range(lanes):
+            state = torch.full((7,), form.start_value(dtype), dtype=state_dtype)
+            for j in range(lane, 12, lanes):
+                state = fold[form.fold](state, x[:, j]).to(state_dtype)
+            parts.append(state)
+        merged = parts[0]
+        for p in parts[1:]:
+            merged = fold[form.fold](merged, p).to(state_dtype)
+        expected = {"sum": torch.sum, "prod": torch.prod, "any": torch.any, "all": torch.all,
+                    "max": lambda t, dim: t.amax(dim), "min": lambda t, dim: t.amin(dim)}[kind](x, dim=1)
+        assert torch.allclose(merged, expected.to(state_dtype), equal_nan=True), (kind, dtype, lanes)
+
+
+@pytest.mark.parametrize("kind, itemsize, nbytes", [
+    ("sum", 4, 4), ("prod", 8, 8), ("welford", 4, 12), ("welford", 8, 24), ("argmax", 4, 16),
+    ("argmin", 1, 16), ("argmax", 8, 16), ("any", 4, 1), ("all", 8, 1),
+])
+def test_a_state_takes_the_bytes_of_its_struct(kind, itemsize, nbytes):
+    assert REDUCTIONS[kind].state_bytes(itemsize) == nbytes

@@ -31,8 +31,14 @@ def _column_sum(b, x, y):
     return (b.call("sum.dim_IntList", x, [0]), b.call("amax.default", x, [1]))
 
 
+def _prod_any_all_min(b, x, y):
+    positive = b.call("gt.Scalar", x, 0.0)
+    return (b.call("prod.dim_int", x, 1), b.call("any.dim", positive, 0), b.call("all.dim", positive, 1),
+            b.call("amin.default", x, [0]))
+
+
 PROGRAMS = {"pointwise_broadcast": _pointwise, "gelu": _gelu, "softmax": _softmax, "layer_norm": _layer_norm,
-            "sums_and_max": _column_sum}
+            "sums_and_max": _column_sum, "prod_any_all_min": _prod_any_all_min}
 
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))

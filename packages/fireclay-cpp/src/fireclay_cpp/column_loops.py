@@ -22,6 +22,7 @@ import sympy
 from fireclay_cpp.op_templates import Accumulator, CValue
 from fireclay_cpp.prelude import CTYPES
 from fireclay_loops.backend import Scope, StagePlan, access, indent
+from fireclay_loops.backend.reductions import REDUCTIONS
 from fireclay_loops.dtypes import ITEMSIZE
 
 if TYPE_CHECKING:
@@ -90,7 +91,7 @@ def column_function(gen: CppKernelGen, xs, rs, stages: list[StagePlan]) -> Kerne
         loop, needed = Scope(parent=rows), []
         points.place_all(plan.before)
         for v in plan.in_loop:
-            _place_in_column_loop(v, loop, points, needed, lanes)
+            _place_in_column_loop(v, loop, rows, points, needed, lanes)
         points.lines += [f"{v.name}_col[fc_i] = {v.name};" for v in needed]
         kept.update(dict.fromkeys(needed))
         if loop.lines:
@@ -148,10 +149,8 @@ def narrowed_block(gen: CppKernelGen, xs: list[str], width: int, work: sympy.Exp
     ]
 
 def _accumulator_bytes(acc: Accumulator) -> int:
-    """Bytes one point of ``acc`` takes in a column block's array (its accumulator struct:
-    Welford keeps three values, argmax/argmin a value and an index)."""
-    size = _CTYPE_BYTES[acc.ctype]
-    return {"welford": 3 * size, "argmax": 16, "argmin": 16}.get(acc.kind, size)
+    """Bytes one point of ``acc`` takes in a column block's array (its accumulator struct)."""
+    return REDUCTIONS[acc.kind].state_bytes(_CTYPE_BYTES[acc.ctype])
 
 
 # (the compute types are the storage types of the dtypes that are computed in their own type)
@@ -180,13 +179,13 @@ class _LaneDependence:
         return found
 
 
-def _place_in_column_loop(v: CValue, loop: Scope, before: Scope, kept: list[CValue],
+def _place_in_column_loop(v: CValue, loop: Scope, rows: Scope, before: Scope, kept: list[CValue],
                           lanes: _LaneDependence) -> None:
     """Declare ``v`` in the reduction loop of a column kernel: a value that does not change
     along the reduction (and is not a constant) is computed in ``before``, once per point, and
     read back from its array (listed in ``kept``); one that changes along the reduction but not
-    along the block (a padded window's mask) once per point of the reduction, before the loop
-    over the block (``loop``'s parent scope)."""
+    along the block (a padded window's mask) once per point of the reduction, in ``rows``
+    (``loop``'s parent: the reduction loop's body, before the loop over the block)."""
     if loop.visible(v):
         return
     if not v.in_loop() and (v.deps or v.acc is not None):  # (an earlier loop's result too)
@@ -197,10 +196,10 @@ def _place_in_column_loop(v: CValue, loop: Scope, before: Scope, kept: list[CVal
         return
     lane_dependent = lanes(v)
     if not lane_dependent and not _reads_per_point(v):
-        _place_once_per_row(v, loop.parent)
+        rows.place(v)
         return
     for d in v.deps:
-        _place_in_column_loop(d, loop, before, kept, lanes)
+        _place_in_column_loop(d, loop, rows, before, kept, lanes)
     if v.code:
         loop.lines.append(v.code)
     loop.seen.add(v)
@@ -219,14 +218,5 @@ def _reads_per_point(v: CValue) -> bool:
             stack.extend(d.deps)
     return False
 
-
-def _place_once_per_row(v: CValue, rows: Scope) -> None:
-    if rows.visible(v):
-        return
-    for d in v.deps:
-        _place_once_per_row(d, rows)
-    if v.code:
-        rows.lines.append(v.code)
-    rows.seen.add(v)
 
 

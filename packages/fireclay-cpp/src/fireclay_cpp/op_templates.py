@@ -16,6 +16,7 @@ from fireclay_cpp.errors import CodegenError
 from fireclay_cpp.prelude import CTYPES, VECTOR_MATH
 from fireclay_loops.backend import KernelOps, Value
 from fireclay_loops.backend.dtypes import as_float32
+from fireclay_loops.backend.reductions import REDUCTIONS
 from fireclay_loops.ops import BOOL_RESULT
 from fireclay_shapes import cpp_code
 
@@ -50,7 +51,7 @@ class Accumulator:
     """A reduction's accumulator (a ``fc_<kind>_acc<T>`` of the prelude) and its update."""
 
     name: str
-    kind: str  # the reduction's kind
+    kind: str  # the reduction's kind (its form: fireclay_loops.backend.reductions)
     ctype: str  # the type it adds values in
     value: CValue  # the value added
     decl_type: str  # the prelude's struct
@@ -111,7 +112,6 @@ _BINARY_TEMPLATE = {
 
 _BLENDED = ("float", "double", "int64_t", "int32_t")  # the types fc_blend selects bits of
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
-_SELECTING_REDUCTIONS = frozenset({"max", "min", "argmax", "argmin"})  # results equal to one of the values
 
 
 def _float_literal(v: float) -> str:
@@ -328,8 +328,9 @@ class CppOps(KernelOps):
 
     def accumulate(self, kind, *, dtype, src_dtype, value):
         """Every kind is an accumulator struct of the prelude, updated once per point."""
-        t = ctype(src_dtype if kind in ("argmax", "argmin", "any", "all") else dtype)
-        if kind in _SELECTING_REDUCTIONS:
+        form = REDUCTIONS[kind]
+        t = ctype(src_dtype if form.of_values or form.truth else dtype)
+        if form.selects:
             self._same_bits_everywhere([value])  # (its gradient compares the values with it)
         acc = Accumulator(name=self.gen.fresh("acc"), kind=kind, ctype=t, value=value, decl_type=f"fc_{kind}_acc<{t}>",
                           plain_sum=kind == "sum" and t in ("float", "double"))

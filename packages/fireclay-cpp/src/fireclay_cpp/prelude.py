@@ -7,6 +7,7 @@ Half types are computed in float32, as Inductor does: loads widen, stores round 
 
 from __future__ import annotations
 
+from fireclay_loops.backend.reductions import REDUCTIONS, ReductionForm
 from fireclay_shapes import CPP_PRELUDE as _INDEX_PRELUDE
 
 # dtype -> (C++ storage type, C++ compute type)
@@ -127,6 +128,28 @@ static inline float fc_exp(float x) {
 }
 static inline double fc_exp(double x) { return __builtin_exp(x); }
 """
+
+# The accumulators of the reductions of one part (fireclay-loops' reduction forms): the state
+# starts at the form's start and both add() and merge() fold by the form's op.
+_START = {"0": "T(0)", "1": "T(1)", "lowest": "fc_limits<T>::lowest()", "highest": "fc_limits<T>::highest()"}
+_TRUTH_START = {"0": "false", "1": "true"}
+_FOLD = {"add": "v += {x};", "mul": "v *= {x};", "maximum": "v = fc_maximum(v, {x});",
+         "minimum": "v = fc_minimum(v, {x});", "logical_or": "v = v || {x};", "logical_and": "v = v && {x};"}
+
+
+def _folded_accumulator(form: ReductionForm) -> str:
+    name, fold = f"fc_{form.kind}_acc", _FOLD[form.fold]
+    state = "bool" if form.truth else "T"
+    start = (_TRUTH_START if form.truth else _START)[form.start[0]]
+    return (f"template <typename T> struct {name} {{\n"
+            f"  {state} v = {start};\n"
+            f"  inline void add(T x, int64_t) {{ {fold.format(x='(x != T(0))' if form.truth else 'x')} }}\n"
+            f"  inline void merge(const {name}& o) {{ {fold.format(x='o.v')} }}\n"
+            f"  inline {state} result() const {{ return v; }}\n"
+            "};\n")
+
+
+_FOLDED_ACCUMULATORS = "".join(_folded_accumulator(form) for form in REDUCTIONS.values() if form.fold)
 
 PRELUDE = _INDEX_PRELUDE + r"""
 #include <omp.h>
@@ -292,43 +315,7 @@ template <typename T> static inline T fc_sigmoid(T x) { return T(1) / (T(1) + fc
 
 // Accumulators: add() folds one value in, merge() folds another thread's partial in (in thread
 // order, each thread holding a contiguous ascending chunk, so argmax keeps the first index).
-template <typename T> struct fc_sum_acc {
-  T v = T(0);
-  inline void add(T x, int64_t) { v += x; }
-  inline void merge(const fc_sum_acc& o) { v += o.v; }
-  inline T result() const { return v; }
-};
-template <typename T> struct fc_prod_acc {
-  T v = T(1);
-  inline void add(T x, int64_t) { v *= x; }
-  inline void merge(const fc_prod_acc& o) { v *= o.v; }
-  inline T result() const { return v; }
-};
-template <typename T> struct fc_max_acc {
-  T v = fc_limits<T>::lowest();
-  inline void add(T x, int64_t) { v = fc_maximum(v, x); }
-  inline void merge(const fc_max_acc& o) { v = fc_maximum(v, o.v); }
-  inline T result() const { return v; }
-};
-template <typename T> struct fc_min_acc {
-  T v = fc_limits<T>::highest();
-  inline void add(T x, int64_t) { v = fc_minimum(v, x); }
-  inline void merge(const fc_min_acc& o) { v = fc_minimum(v, o.v); }
-  inline T result() const { return v; }
-};
-template <typename T> struct fc_any_acc {
-  bool v = false;
-  inline void add(T x, int64_t) { v = v || (x != T(0)); }
-  inline void merge(const fc_any_acc& o) { v = v || o.v; }
-  inline bool result() const { return v; }
-};
-template <typename T> struct fc_all_acc {
-  bool v = true;
-  inline void add(T x, int64_t) { v = v && (x != T(0)); }
-  inline void merge(const fc_all_acc& o) { v = v && o.v; }
-  inline bool result() const { return v; }
-};
-// argmax/argmin: NaN wins (as in torch), the first index wins ties.
+""" + _FOLDED_ACCUMULATORS + r"""// argmax/argmin: NaN wins (as in torch), the first index wins ties.
 template <typename T, bool IsMax> struct fc_arg_acc {
   T v = T(0); int64_t idx = -1;
   static inline bool better(T x, int64_t xi, T best, int64_t bi) {

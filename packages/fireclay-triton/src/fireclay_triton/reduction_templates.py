@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from functools import partialmethod
 
-from fireclay_loops.backend.dtypes import extreme, is_float, reduction_init
+from fireclay_loops.backend.dtypes import extreme, is_float
 from fireclay_loops.backend.patterns import canonical, exp_of_difference, strip_casts
+from fireclay_loops.backend.reductions import REDUCTIONS
 from fireclay_triton.op_templates import TritonOps, TritonValue, literal, tl_dtype
-from fireclay_triton.split_reduction import SPLITTABLE, chan_merge, split_result
+from fireclay_triton.split_reduction import SPLITTABLE, chan_merge, lanes_folded, split_result
 from fireclay_triton.tiling import NotSplittable
 
 
@@ -114,23 +115,18 @@ class TritonKernelOps(TritonOps):
             found = self._online_softmax_source(value)
             if found is not None:
                 return self._online_sum(dtype, *found)
-        if kind in ("any", "all"):
+        form = REDUCTIONS[kind]
+        if form.truth:  # (a truth as an int8 of 0 or 1: `or` is its maximum, `and` its minimum)
             t, v = "tl.int8", f"({value.name} != 0).to(tl.int8)"
         else:
             t, v = tl_dtype(dtype), f"{value.name}.to({tl_dtype(dtype)})"
-        init_text = literal(reduction_init(kind, dtype))
-        step = {"sum": f"{acc} + {v}", "prod": f"{acc} * {v}", "max": f"fc_maximum({acc}, {v})",
-                "min": f"fc_minimum({acc}, {v})", "any": f"tl.maximum({acc}, {v})",
-                "all": f"tl.minimum({acc}, {v})"}[kind]
+        init_text = literal(form.start_value(dtype))
+        step = _FOLD[form.fold].format(a=acc, b=v)
         init = TritonValue(name=acc, code=f"{acc} = tl.full({_FULL}, {init_text}, {t})", dtype=dtype, dims=_XR)
         update = TritonValue(name="", code=f"{acc} = tl.where(xrmask, {step}, {acc})", deps=[init, value],
                              dtype=dtype, dims=_XR, varying=True)
-        final = {"sum": f"tl.sum({acc}, 1)", "prod": f"tl.reduce({acc}, 1, fc_prod_combine)",
-                 "max": f"tl.reduce({acc}, 1, fc_maximum)", "min": f"tl.reduce({acc}, 1, fc_minimum)",
-                 **({"max": f"tl.max({acc}, 1)", "min": f"tl.min({acc}, 1)"} if gen.interpret else {}),
-                 "any": f"tl.max({acc}, 1) != 0", "all": f"tl.min({acc}, 1) != 0"}[kind]
         res = gen.fresh("red")
-        done = self._result(res, f"{res} = ({final})[:, None]", update, dtype)
+        done = self._result(res, f"{res} = ({lanes_folded(kind, acc, gen.interpret)})[:, None]", update, dtype)
         if kind == "max" and gen.kind == "looped" and is_float(dtype):
             gen.max_results[done] = (value, gen.stage)
         return self._finish(kind, dtype, update, done)
@@ -170,8 +166,7 @@ class TritonKernelOps(TritonOps):
                 f"+ tl.where({acc}_mn == {ninf}, 0.0, tl.exp({acc}_v - {acc}_mn)), {acc}_s)",
                 f"{acc}_m = {acc}_mn",
                 f"{acc}_seen = tl.maximum({acc}_seen, xrmask.to(tl.int8))"]
-        lane_max = f"tl.max({acc}_m, 1)" if self.gen.interpret else f"tl.reduce({acc}_m, 1, fc_maximum)"
-        post = [f"{res}_m = ({lane_max})[:, None]",
+        post = [f"{res}_m = ({lanes_folded('max', f'{acc}_m', self.gen.interpret)})[:, None]",
                 f"{res}_c = tl.where({acc}_m == {ninf}, tl.where(({acc}_seen != 0) & ({res}_m == {ninf}), "
                 f'float("nan"), 0.0), {acc}_s * tl.exp({acc}_m - {res}_m))',
                 f"{res} = (tl.sum({res}_c, 1))[:, None].to({t})"]
@@ -184,5 +179,8 @@ class TritonKernelOps(TritonOps):
 
 
 _FULL = "[XBLOCK, RBLOCK]"
+# a fold of a reduction form (fireclay_loops.backend.reductions) on a tile of states
+_FOLD = {"add": "{a} + {b}", "mul": "{a} * {b}", "maximum": "fc_maximum({a}, {b})", "minimum": "fc_minimum({a}, {b})",
+         "logical_or": "tl.maximum({a}, {b})", "logical_and": "tl.minimum({a}, {b})"}
 _X = frozenset({"x"})
 _XR = frozenset({"x", "r"})

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from fireclay_loops.backend.reductions import REDUCTIONS
 from fireclay_loops.long_reductions import SPLITTABLE
 from fireclay_triton.tiling import NotSplittable
 
-__all__ = ["SPLITTABLE", "chan_merge", "combined_lines", "finisher_source", "partial_lines", "place_split_stage",
-           "slot_names", "split_result"]
+__all__ = ["SPLITTABLE", "chan_merge", "combined_lines", "finisher_source", "lanes_folded", "partial_lines",
+           "place_split_stage", "slot_names", "split_result"]
 
 _OTHER = {"sum": "0", "max": 'float("-inf")', "min": 'float("inf")'}
 
@@ -37,6 +38,21 @@ def chan_merge(res: str, weights: str, weighted_means: str, deviation: str, m2_t
             f"{res}_mean = tl.sum({weighted_means}, 1)[:, None] / tl.where({res}_w == 0, 1.0, {res}_w)",
             f"{res}_dm = {deviation}",
             f"{res}_m2 = tl.sum({m2_terms}, 1)[:, None]"]
+
+
+def lanes_folded(kind: str, acc: str, interpret: bool) -> str:
+    """A tile ``acc`` of the states of a one-part reduction (fireclay-loops' reduction forms)
+    folded across axis 1: Triton's builtin sum, max or min where they fold alike, else its
+    combine function (the interpreter runs one element by element: there max and min are
+    numpy's, which keep NaN, as fc_maximum does). any and all hold truths as int8."""
+    fold = REDUCTIONS[kind].fold
+    if fold == "add":
+        return f"tl.sum({acc}, 1)"
+    if fold in ("logical_or", "logical_and"):
+        return f"tl.{'max' if fold == 'logical_or' else 'min'}({acc}, 1) != 0"
+    if interpret and fold in ("maximum", "minimum"):
+        return f"tl.{fold[:3]}({acc}, 1)"
+    return f"tl.reduce({acc}, 1, {'fc_prod_combine' if fold == 'mul' else 'fc_' + fold})"
 
 
 def _ws(slot: int, chunk: str, count: str) -> str:
@@ -64,13 +80,7 @@ def combined_lines(kind: str, res: str, slot: int, interpret: bool) -> list[str]
         return loads + chan_merge(res, f"{res}_pw", f"{res}_pw * {res}_pm", f"{res}_pm - {res}_mean",
                                   f"{res}_p2 + {res}_pw * {res}_dm * {res}_dm")
     part = load(0, _OTHER[kind])
-    if kind == "sum":
-        combine = f"tl.sum({res}_p, 1)"
-    elif interpret:  # the interpreter runs a custom combine element by element; numpy's max keeps NaN
-        combine = f"tl.{kind}({res}_p, 1)"
-    else:
-        combine = f"tl.reduce({res}_p, 1, fc_{'maximum' if kind == 'max' else 'minimum'})"
-    return [f"{res}_p = {part}", f"{res} = ({combine})[:, None]"]
+    return [f"{res}_p = {part}", f"{res} = ({lanes_folded(kind, f'{res}_p', interpret)})[:, None]"]
 
 
 def finisher_source(name: str, params: list[str], xdefs: list[str], body: list[str], index64: bool) -> str:

@@ -1,6 +1,6 @@
 """What a code generator needs to know of the loop IR's dtypes and index widths, whatever the
-target spells them as: which are floating point, a constant as float32 holds it, the extremes a
-max or min reduction starts from, and whether a kernel's offsets fit 32 bits."""
+target spells them as: which are floating point, a constant as float32 holds it, the extremes of
+each dtype (where a max or min reduction starts), and whether a kernel's offsets fit 32 bits."""
 
 from __future__ import annotations
 
@@ -42,13 +42,6 @@ def extreme(dtype: str, largest: bool) -> float | int:
     if bits is None:  # uint8
         return 255 if largest else 0
     return (1 << (bits - 1)) - 1 if largest else -(1 << (bits - 1))
-
-
-def reduction_init(kind: str, dtype: str) -> float | int:
-    """The value a ``sum``, ``prod``, ``any``, ``all``, ``max`` or ``min`` reduction of
-    ``dtype`` starts from (``any`` and ``all`` as 0 and 1)."""
-    start = {"sum": 0, "prod": 1, "any": 0, "all": 1}.get(kind)
-    return extreme(dtype, largest=kind == "min") if start is None else start
 
 
 def needs_index64(kernel: Kernel, storage_numel: Callable[[str], sympy.Expr]) -> bool:
