@@ -182,10 +182,48 @@ def exception_type_check(x):
         return x * (1 if type(e) is MyError else 2)
 
 
+def subscript_none_caught(x, mask=None):
+    # transformers' compile path may subscript a mask it left None: the TypeError is the user's.
+    try:
+        return x + mask[0]
+    except TypeError:
+        return x * 2
+
+
+def index_error_of_a_constant_caught(x):
+    sizes = (2, 3)
+    try:
+        extra = sizes[5]
+    except IndexError:
+        extra = 1
+    return x * extra
+
+
+def iterate_none_caught(x, items=None):
+    total = x
+    try:
+        for item in items:
+            total = total + item
+    except TypeError:
+        total = total - 1
+    return total
+
+
+def subscript_none_in_a_callee_caught(x):
+    def first(values):
+        return values[0]
+
+    try:
+        return x + first(None)
+    except TypeError:
+        return x.cos()
+
+
 CAUGHT = [registry_get_missing, registry_get_present, dict_key_error, raise_and_catch_by_name,
           exception_args, caught_two_calls_deep, tuple_of_classes, nested_try_outer_matches, bare_reraise,
           raise_from, finally_runs, else_clause, with_block_left_by_an_exception, getattr_of_constant,
-          exception_type_check]
+          exception_type_check, subscript_none_caught, index_error_of_a_constant_caught, iterate_none_caught,
+          subscript_none_in_a_callee_caught]
 
 
 @pytest.mark.parametrize("fn", CAUGHT, ids=lambda f: f.__name__)
@@ -222,14 +260,29 @@ def not_matched(x):
     return x * 2
 
 
-@pytest.mark.parametrize("fn", [escapes, escapes_from_handler, not_matched], ids=lambda f: f.__name__)
-def test_an_exception_that_escapes_raises_as_in_eager(fn):
+def subscript_none_escapes(x, mask=None):
+    y = x.sin()
+    return y + mask[0]
+
+
+def subscript_none_escapes_from_a_callee(x):
+    def first(values):
+        return values[0]
+
+    return x.sin() + first(None)
+
+
+@pytest.mark.parametrize("fn", [escapes, escapes_from_handler, not_matched, subscript_none_escapes,
+                                subscript_none_escapes_from_a_callee], ids=lambda f: f.__name__)
+def test_an_exception_that_escapes_raises_as_in_eager(fn, caplog):
     x = torch.randn(3)
     with pytest.raises(Exception) as eager:
         fn(x)
     with pytest.raises(eager.type) as compiled:
         capture(fn)(x)
     assert str(compiled.value) == str(eager.value)
+    # The user's own exception, said as such: never an internal error of the capture.
+    assert "internal error" not in caplog.text
 
 
 class Holder:

@@ -425,3 +425,79 @@ def test_break_after_a_callee_wrote_a_cell(fn, splits):
     root_breaks = sum(e.graph_break is not None for e in compiled.cache.entries)
     # split: the caller's graph, the callee run for real (itself split at its .item()), the rest
     assert (root_breaks, compiled.stats.fallbacks) == ((1, 0) if splits else (0, 1))
+
+
+# The same for lists, dicts, sets and objects: a callee that fills containers it made itself
+# before its break (VITS's encoder appends to its own lists, its layer drop draws a random number)
+# lets the caller split there; one that changed the caller's container still makes it run eagerly.
+class _Box:
+    def __init__(self, value):
+        self.value = value
+
+
+def _callee_filling_its_own_containers(x):
+    outs = []
+    outs.append(x.sin())
+    named = {}
+    named["cos"] = x.cos()
+    seen = set()
+    seen.add("cos")
+    box = _Box(x)
+    box.value = box.value * 2
+    outs.extend([named["cos"], box.value])
+    return sum(outs) + x.sum().item() * len(seen)
+
+
+def _caller_of_own_containers(x):
+    y = x.exp()
+    kept = [y]
+    return _callee_filling_its_own_containers(y) + kept[0]
+
+
+def _callee_appending_then_breaking(acc, t):
+    acc.append(t.sin())
+    return t + t.sum().item()
+
+
+def _caller_whose_list_changes(x):
+    acc = [x]
+    y = _callee_appending_then_breaking(acc, x.cos())
+    return y * len(acc) + acc[-1]
+
+
+def _callee_setting_then_breaking(box, t):
+    box.value = t.sin()
+    return t + t.sum().item()
+
+
+def _caller_whose_object_changes(x):
+    box = _Box(x)
+    y = _callee_setting_then_breaking(box, x.cos())
+    return y + box.value
+
+
+def _callee_looping_with_own_state(hidden):
+    states = ()
+    cache = {}
+    for i in range(3):
+        states = states + (hidden,)
+        cache[i] = hidden.mean()
+        hidden = hidden.tanh() + cache[i]
+    return hidden * (1.0 if hidden.sum().item() > -1e9 else 0.0), states
+
+
+def _caller_unpacking_callee_results(x):
+    hidden, states = _callee_looping_with_own_state(x.sin())
+    return hidden + states[-1]
+
+
+@pytest.mark.parametrize("fn,splits", [(_caller_of_own_containers, True), (_caller_unpacking_callee_results, True),
+                                       (_caller_whose_list_changes, False), (_caller_whose_object_changes, False)],
+                         ids=["callee_containers", "callee_loop_state", "caller_list", "caller_object"])
+def test_break_after_a_callee_changed_containers(fn, splits):
+    compiled = capture(fn)
+    for _ in range(3):
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x), fn(x))
+    root_breaks = sum(e.graph_break is not None for e in compiled.cache.entries)
+    assert (root_breaks, compiled.stats.fallbacks) == ((1, 0) if splits else (0, 1))

@@ -411,3 +411,18 @@ def test_a_type_checked_once_is_not_checked_again():
     for other in ({"a": 1}, {"b": 1, "a": 2}, [("a", 1), ("b", 2)], None):
         assert compiled({"d": other}) is None
         assert compiled.first_failure({"d": other}) is not None
+
+
+def test_numpy_scalar_arguments_are_numbers_pinned_by_type_and_value():
+    # VITS multiplies a tensor by ``np.prod(...)``, whose NumPy scalar reaches a resume function.
+    import numpy as np
+
+    def fn(x, n):
+        return x * n + n
+
+    compiled = capture(fn)
+    for n in [np.int64(3), np.int64(3), np.float32(2.5), 4, np.int64(3), np.int64(5)]:
+        x = torch.randn(3)
+        torch.testing.assert_close(compiled(x, n), fn(x, n))
+    # one capture per (type, value): int64 3, float32 2.5, int 4, int64 5
+    assert (compiled.stats.captures, compiled.stats.fallbacks) == (4, 0)

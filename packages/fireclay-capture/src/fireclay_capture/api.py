@@ -21,7 +21,13 @@ from fireclay_capture.cache import CacheEntry, CaptureStats, CodeCache
 from fireclay_capture.code_flags import CO_VARARGS, CO_VARKEYWORDS, suspends
 from fireclay_capture.config import config
 from fireclay_capture.controls import CaptureWrapper
-from fireclay_capture.errors import CaptureError, NeedsFakeTensors, Unsupported, format_location
+from fireclay_capture.errors import (
+    CaptureError,
+    NeedsFakeTensors,
+    ObservedException,
+    Unsupported,
+    format_location,
+)
 from fireclay_capture.graph_break import plan_break
 from fireclay_capture.interpreter import Frame
 from fireclay_capture.outputs import output_spec, replay_of
@@ -278,6 +284,8 @@ class CapturedFunction(CaptureWrapper):
                 raise
             return self._capture(L, on_fakes=True)
         except Unsupported as e:
+            if isinstance(e, ObservedException) and e.certain and not e.reason.startswith(USER_RAISED):
+                e.reason = f"{USER_RAISED} {e.reason}"  # the user's exception, not the capture's fault
             if e.location is None and tx.frames == [] and "frame" in locals():
                 e.location = tx.location(frame)  # failed on the return value
             plan = None
@@ -336,6 +344,8 @@ class CapturedFunction(CaptureWrapper):
             raise CaptureError(describe_unsupported(self.code, e)) from None
         if e.location is None:  # at least the function's own first line
             e.location = {"file": self.code.co_filename, "line": self.code.co_firstlineno, "text": ""}
+        if e.reason.startswith(USER_RAISED):
+            stage = "user code raised"
         message = describe_unsupported(self.code, e, RUNS_EAGERLY)
         # Never silent: the first time for this code object at WARNING, later at INFO.
         warn_fallback(log, _code_place(self.code), stage, f"running eagerly: {message}")
@@ -388,6 +398,11 @@ _LIBRARIES = frozenset({"torch", "numpy", "fireclay_capture", "fireclay_ir", "fi
 def _code_place(code: types.CodeType) -> str:
     return f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno})"
 
+
+# How the reason of a stop starts when the traced code itself raised (an uncaught exception of the
+# user's code while tracing it: eager raises it too, or took another path where the library's
+# compile-only code raised it).
+USER_RAISED = "the traced code raised"
 
 # What happens to a function the capture stopped in, said after the reason.
 SPLIT_OR_EAGER = ("Without fullgraph=True the function is split at this line (the graph before it is compiled, the "

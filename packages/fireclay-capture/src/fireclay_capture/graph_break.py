@@ -46,12 +46,16 @@ from fireclay_capture.resume import (
     trampoline_code_for,
 )
 from fireclay_capture.variables.base import NULL, CellVar, Var
-from fireclay_capture.variables.containers import IteratorVar
+from fireclay_capture.variables.containers import DictVar, IteratorVar, ListVar, SetVar
 from fireclay_capture.variables.functions import RestoreGradMode  # noqa: F401 - re-exported
+from fireclay_capture.variables.objects import ModelOutputVar, NewObjectVar
 
 # How many resume functions the running thread is inside: state of the compiled code as it runs
 # (one call chain per thread), not of a trace, which never reads it.
 _RESUME_DEPTH = threading.local()
+# Values whose state lives on the Var itself, so that a Var made after a snapshot is an object
+# made after it (an OwnedObjectVar, by contrast, is a new view of a real object that may be older).
+_OWN_STATE = (ListVar, DictVar, SetVar, NewObjectVar, ModelOutputVar)
 _BRANCHES = {"POP_JUMP_IF_TRUE": True, "POP_JUMP_FORWARD_IF_TRUE": True, "POP_JUMP_BACKWARD_IF_TRUE": True,
              "POP_JUMP_IF_FALSE": False, "POP_JUMP_FORWARD_IF_FALSE": False,
              "POP_JUMP_BACKWARD_IF_FALSE": False}
@@ -167,11 +171,17 @@ def _check_resumable(tx, code: types.CodeType, snap: BreakSnapshot) -> None:
 
 def _made_by_the_call(var, snap: BreakSnapshot) -> bool:
     """Whether a change the broken call made touched only state the call itself created: a
-    closure cell of a function it called (Reformer's and ViLT's embeddings assign variables their
-    inner functions close over). Those cells are made again when the call runs for real; the
-    caller cannot see them, as anything it can see existed before the call, and storing a new
-    cell into such an object is itself a change the caller sees."""
-    return isinstance(var, CellVar) and var.real_cell is None and var.born > snap.cells_made
+    list, dict, set, object or closure cell made after the snapshot (Reformer's and ViLT's
+    embeddings assign variables their inner functions close over; VITS's encoder appends to
+    its own lists). Those are made again when the call runs for real; the caller cannot see
+    them, as anything it can see existed before the call, and storing a new value into such an
+    object is itself a change the caller sees. A value standing for a real object (a real cell,
+    an owned copy, anything with a source) changes that object, which may be older."""
+    if var is None or var.source is not None or var.born <= snap.vars_made:
+        return False
+    if isinstance(var, CellVar):
+        return var.real_cell is None
+    return isinstance(var, _OWN_STATE)
 
 
 def _rewind(tx, snap: BreakSnapshot) -> None:

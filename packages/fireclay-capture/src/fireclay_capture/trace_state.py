@@ -37,7 +37,6 @@ class TraceState(Protocol):
     frames: list[Any]  # the interpreter frames: the root first, the innermost inlined call last
     entered_contexts: list[Any]  # real context managers to leave if the trace fails
     mutated: list[Any]  # what each change made inside the trace changed (None where it names nothing)
-    cells_made: int  # closure cells the trace has made (CellVar.born numbers them)
 
     @property
     def mutations(self) -> int:

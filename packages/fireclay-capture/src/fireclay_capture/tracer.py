@@ -67,7 +67,6 @@ class Tracer:
         # graph break inside an inlined call knows whether the callee changed state the caller
         # can see (then the callee cannot simply run again for real, and the frame runs eagerly).
         self.mutated: list[Any] = []  # what changed, in order (None where the change names nothing)
-        self.cells_made = 0  # closure cells made by the trace so far (CellVar.born)
         self.handled_exception = None  # the exception an `except` block of the trace is handling
 
     # -- inputs
@@ -208,9 +207,8 @@ class Tracer:
         self.mutated.append(var)
 
     def new_cell(self, contents: Any = NULL) -> CellVar:
-        """A closure cell made inside the trace, numbered in the order cells are made."""
-        self.cells_made += 1
-        return CellVar(contents, born=self.cells_made)
+        """A closure cell made inside the trace (MAKE_CELL)."""
+        return CellVar(contents)
 
     def cell_var(self, cell: Any, source: Source) -> CellVar:
         """The one CellVar of a real closure cell in this trace (a write through one function or

@@ -19,7 +19,7 @@ import torch
 from fireclay_capture.code_flags import CO_VARARGS, CO_VARKEYWORDS
 from fireclay_capture.config import config
 from fireclay_capture.errors import ObservedException, Unsupported
-from fireclay_capture.variables.base import NULL, CellVar, Var, const
+from fireclay_capture.variables.base import NULL, CellVar, Var, const, vars_made
 from fireclay_capture.variables.containers import DictVar, IteratorVar, TupleVar
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class BreakSnapshot:
     grad_enabled: bool
     n_contexts: int  # context managers entered
     mutations: int  # the trace's mutation count
-    cells_made: int  # closure cells the trace had made
+    vars_made: int  # above the number of every value made before it (Var.born)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,7 +179,7 @@ class Frame:
                     self.before_break = BreakSnapshot(
                         inst=inst, stack=self.stack[:], kw_names=self.kw_names, n_nodes=len(tx.graph.nodes),
                         effects=tx.side_effects.snapshot(), grad_enabled=torch.is_grad_enabled(),
-                        n_contexts=len(tx.entered_contexts), mutations=tx.mutations, cells_made=tx.cells_made)
+                        n_contexts=len(tx.entered_contexts), mutations=tx.mutations, vars_made=vars_made())
                 self.ip += 1
                 self.tx.instructions_run += 1
                 if self.tx.instructions_run > config.max_instructions:

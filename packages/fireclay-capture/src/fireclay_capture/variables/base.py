@@ -9,6 +9,7 @@ Var cannot model raise :class:`~fireclay_capture.errors.Unsupported`.
 from __future__ import annotations
 
 import enum
+import itertools
 import operator
 import types
 from typing import TYPE_CHECKING, Any
@@ -32,8 +33,26 @@ class _Null:
 NULL = _Null()
 
 
+# Every Var gets the next number of this count when it is made. A graph break inside an inlined
+# call compares the numbers of what the call changed with the count at the break's snapshot:
+# only values made after it may have changed (see graph_break._made_by_the_call). Numbers only
+# order values, so one count shared by every trace (and thread) is enough.
+_VARS_MADE = itertools.count(1)
+
+
+def vars_made() -> int:
+    """A number above that of every Var made so far (and below that of every later one)."""
+    return next(_VARS_MADE)
+
+
 class Var:
     source: Source | None = None
+    born: int = 0  # when this value was made: its number from the count above
+
+    def __new__(klass, /, *args: Any, **kwargs: Any):
+        self = super().__new__(klass)
+        self.born = next(_VARS_MADE)
+        return self
 
     def python_type(self) -> type:
         raise Unsupported(f"type() of {self}")
@@ -127,13 +146,24 @@ class ConstVar(Var):
     def unpack(self, tx):
         if isinstance(self.value, (tuple, torch.Size, range, str, bytes, frozenset)):
             return [const(v) for v in self.value]
+        if not hasattr(type(self.value), "__iter__") and not hasattr(type(self.value), "__getitem__"):
+            # Iterating None or a number fails in the user's code as it would eagerly.
+            raise ObservedException(TypeError, f"'{type(self.value).__name__}' object is not iterable")
         raise Unsupported(f"iterating over {type(self.value).__name__} {self.value!r}")
 
     def truth(self, tx):
         return bool(self.value)
 
     def getitem(self, tx, key):
-        return const(operator.getitem(self.value, key.as_python_constant()))
+        index = key.as_python_constant()
+        try:
+            item = operator.getitem(self.value, index)
+        except (TypeError, IndexError, KeyError, ValueError) as e:
+            # The user's code fails here as it would eagerly (subscripting None, an index out
+            # of range): an exception the traced code may catch, not a fault of the capture.
+            raise ObservedException(type(e), str(e), args_known=e.args if is_constant_value(e.args) else None) \
+                from None
+        return const(item)
 
     def __repr__(self):
         return f"ConstVar({self.value!r})"
@@ -204,13 +234,11 @@ class CellVar(Var):
     """A closure cell: made by MAKE_CELL inside the trace, or standing for a real cell of an
     inlined function (its contents read lazily, with a source)."""
 
-    def __init__(self, contents: Any = NULL, real_cell: Any = None, source: Source | None = None,
-                 born: int = 0):
+    def __init__(self, contents: Any = NULL, real_cell: Any = None, source: Source | None = None):
         self._contents = contents
         self.real_cell = real_cell
         self.source = source
         self.written = False
-        self.born = born  # TraceState.cells_made when the trace made it (0: a real cell)
 
     @property
     def contents(self) -> Any:

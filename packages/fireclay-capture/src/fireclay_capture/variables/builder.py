@@ -12,6 +12,7 @@ import logging
 import math
 import operator
 import os
+import sys
 import types
 from typing import Any
 
@@ -65,6 +66,11 @@ _BUILTIN_TYPES = {int, float, bool, str, tuple, list, dict, set, frozenset, rang
                   itertools.accumulate, itertools.starmap}
 
 
+def _is_numpy_number(value: Any) -> bool:
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.generic) and value.dtype.kind in "biuf"
+
+
 def _is_cond(value: Any) -> bool:
     from fireclay_capture.cond import cond
 
@@ -88,6 +94,12 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
             else:
                 g.equals(source, value)
         return ConstVar(value, source)
+    if _is_numpy_number(value):
+        # A NumPy scalar (VITS multiplies lengths by ``np.prod(...)``): the Python number it holds,
+        # which tensors treat alike (as NumpyUfuncVar's results), pinned by its type and value.
+        if g is not None:
+            g.equals(source, value)  # its NumPy type and its value
+        return ConstVar(value.item(), source)
     if value is os.environ:
         return EnvironVar()
     if isinstance(value, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
