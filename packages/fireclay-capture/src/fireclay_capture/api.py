@@ -21,6 +21,7 @@ from fireclay_capture.cache import CacheEntry, CaptureStats, CodeCache
 from fireclay_capture.code_flags import CO_VARARGS, CO_VARKEYWORDS, suspends
 from fireclay_capture.config import config
 from fireclay_capture.controls import CaptureWrapper
+from fireclay_capture.eager_calls import CallHooks, calling_through
 from fireclay_capture.errors import (
     CaptureError,
     NeedsFakeTensors,
@@ -129,6 +130,11 @@ class CapturedFunction(CaptureWrapper):
         # functions by (offset, stack layout) under their BreakPlan, callees by function.
         self._callees: dict = {}
         self.children: list[CapturedFunction] = []
+        # A function or module captured on its own is its own callee: a frame that runs eagerly
+        # and calls it again (recursion) reaches this capture, not a second one.
+        if isinstance(target, (types.FunctionType, torch.nn.Module)):
+            self._callees[target] = self
+        self._calling_through: Any = None  # self.fn with its callees captured, once built
         functools.update_wrapper(self, self.fn, updated=())
 
     # -- calling
@@ -153,7 +159,7 @@ class CapturedFunction(CaptureWrapper):
                           "captured because the module has forward hooks or pre-hooks; remove them or compile "
                           "the module's forward without hooks")
             return self.module(*args, **kwargs)
-        return self._run(self._bind(args, kwargs), lambda: self.fn(*self._call_args(args), **kwargs))
+        return self._run(self._bind(args, kwargs), lambda fn: fn(*self._call_args(args), **kwargs))
 
     def call_with_list(self, values: list) -> Any:
         """Call with the positional arguments handed over in ``values``, which is emptied: the
@@ -165,25 +171,25 @@ class CapturedFunction(CaptureWrapper):
         self.stats.calls += 1
         L = dict(zip(self._names, values))
         values.clear()
-        return self._run(L, lambda: self.fn(*L.values()))
+        return self._run(L, lambda fn: fn(*L.values()))
 
     def _run(self, L: dict, run_eagerly) -> Any:
         if config.stance == "force_eager":
-            return run_eagerly()
+            return run_eagerly(self.fn)
         hit = self.cache.lookup(L)
         if hit is not None:
             entry, inputs = hit
             del hit
             self.stats.cache_hits += 1
-            if entry.compiled is None:
-                return run_eagerly()
+            if entry.compiled is None:  # the capture gave up: eager, its callees captured
+                return run_eagerly(self._eager_function())
             return entry.run(inputs, L)
         if self.cache.given_up:
-            return run_eagerly()
+            return run_eagerly(self._eager_function())
         if self.cache.entries and (config.stance != "default" or recompiles_log.isEnabledFor(logging.INFO)):
             reason = self.recompile_reason(L)
             if config.stance == "eager_on_recompile":
-                return run_eagerly()
+                return run_eagerly(self.fn)
             if config.stance == "fail_on_recompile":
                 raise RecompileError(f"{self._where()} would be captured again under set_stance('fail_on_recompile'): "
                                      f"{reason}")
@@ -193,7 +199,7 @@ class CapturedFunction(CaptureWrapper):
                           f"{self.code.co_firstlineno}) was re-captured {config.recompile_limit} times "
                           "(config.recompile_limit); running it eagerly from now on", stacklevel=3)
             self.cache.given_up = True
-            return run_eagerly()
+            return run_eagerly(self._eager_function())
         if self.cache.entries and self.dynamic is None and config.automatic_dynamic:
             self._note_changed_sizes(L)
         with _collector_paused():
@@ -208,7 +214,15 @@ class CapturedFunction(CaptureWrapper):
                     raise AssertionError(f"fresh guards rejected their own inputs:\n{entry.guards.source}")
                 # The first call compiles the program (backends compile lazily), so it runs paused too.
                 return entry.run(fresh_inputs, L)
-        return run_eagerly()
+        return run_eagerly(self._eager_function())
+
+    def _eager_function(self) -> Any:
+        """The function as it runs when its capture gave up: its own code, with the functions
+        and modules it calls captured on their own (as TorchDynamo's frame hook stays on for
+        the callees of a frame it skips); the plain function where the code is not rewritten."""
+        if self._calling_through is None:
+            self._calling_through = calling_through(self.fn, CallHooks(callee=self.callee)) or self.fn
+        return self._calling_through
 
     def _capture_told(self, L: dict) -> CacheEntry:
         import time
@@ -355,7 +369,12 @@ class CapturedFunction(CaptureWrapper):
 
     # -- after a graph break
     def callee(self, fn: Any) -> Any:
-        """``fn`` as the break's call runs it: a user function is captured on its own."""
+        """``fn`` as the break's call runs it: a user function, or a module whose forward is user
+        code, is captured on its own (as TorchDynamo's frame hook stays on for the frames a
+        graph break or a skipped frame calls). One captured callee per function or module for
+        the whole tree of functions a capture leads to, so nothing is captured twice."""
+        if isinstance(fn, torch.nn.Module):
+            return self._module_callee(fn)
         func = fn.__func__ if isinstance(fn, types.MethodType) else fn
         if not isinstance(func, types.FunctionType) or getattr(func, "_fireclay_eager", False):
             return fn
@@ -365,17 +384,32 @@ class CapturedFunction(CaptureWrapper):
             return fn
         captured = self._callees.get(func)
         if captured is None:
-            captured = self._callees[func] = CapturedFunction(func, self.backend, False, self.dynamic)
-            self.children.append(captured)
+            captured = self._callees[func] = self._child(func)
         return functools.partial(captured, fn.__self__) if fn is not func else captured
+
+    def _module_callee(self, module: torch.nn.Module) -> Any:
+        forward = getattr(type(module), "forward", None)
+        if not isinstance(forward, types.FunctionType) or getattr(forward, "_fireclay_eager", False) \
+                or (forward.__module__ or "").split(".")[0] in _LIBRARIES or suspends(forward.__code__) \
+                or "forward" in vars(module):
+            return module  # torch's own layers (an LSTM breaks inside), or a forward set on the instance
+        captured = self._callees.get(module)
+        if captured is None:
+            captured = self._callees[module] = self._child(module)
+        return captured
+
+    def _child(self, target: Any) -> CapturedFunction:
+        captured = CapturedFunction(target, self.backend, False, self.dynamic)
+        captured._callees = self._callees  # one registry for the whole tree
+        self.children.append(captured)
+        return captured
 
     def resume_function(self, plan, offset: int, layout: tuple[str, ...]) -> CapturedFunction:
         key = (offset, layout)
         captured = plan.resumes.get(key)
         if captured is None:
             fn = resume_function_for(self.fn, offset, layout, plan.local_names)
-            captured = plan.resumes[key] = CapturedFunction(fn, self.backend, False, self.dynamic)
-            self.children.append(captured)
+            captured = plan.resumes[key] = self._child(fn)
         return captured
 
     def graph_count(self) -> int:
@@ -391,7 +425,9 @@ class CapturedFunction(CaptureWrapper):
         return self.programs[-1] if self.programs else None
 
 
-_LIBRARIES = frozenset({"torch", "numpy", "fireclay_capture", "fireclay_ir", "fireclay_shapes", "transformers",
+# Code that runs as it is after a break (TorchDynamo skips these too); the modelling libraries
+# built on torch (transformers) are user code to capture.
+_LIBRARIES = frozenset({"torch", "numpy", "fireclay_capture", "fireclay_ir", "fireclay_shapes", "fireclay",
                         "contextlib", "logging", "warnings"})
 
 

@@ -32,7 +32,7 @@ import torch
 
 from fireclay_capture.code_flags import suspends
 from fireclay_capture.config import config
-from fireclay_capture.errors import Unsupported
+from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.interpreter.frame import BreakSnapshot
 from fireclay_capture.liveness import live_locals
 from fireclay_capture.outputs import output_spec, rebuild, replay_of
@@ -141,6 +141,7 @@ class _FrameSpecs:
 def plan_break(tx, frame, e: Unsupported) -> BreakPlan:
     """Turn the root frame's state before its failing instruction into graph outputs and a plan;
     raises Unsupported when this break cannot be resumed (the caller then runs eagerly)."""
+    _check_not_raised(e)                          # the user's exception: the frame runs eagerly
     snap = _snapshot_at(frame)                    # the state before the failing instruction
     _check_resumable(tx, frame.code, snap)        # no generator, no callee changes left behind
     _rewind(tx, snap)                             # forget what a callee recorded before it broke
@@ -150,6 +151,15 @@ def plan_break(tx, frame, e: Unsupported) -> BreakPlan:
     plan.replay = replay_of(tx.side_effects, specs.spec_of)  # outside changes, after the locals
     _build_resume_code(plan, frame.code)          # if it cannot be built, the function runs eagerly
     return plan
+
+
+def _check_not_raised(e: Unsupported) -> None:
+    """An exception of the user's code that leaves the root is not a place to split: what led to
+    it was traced with ``is_compiling()`` true, and eager may take another path (transformers'
+    compile path subscripts a mask its eager path builds, SwitchTransformers). The whole frame
+    runs eagerly instead, its callees captured on their own, as TorchDynamo skips such a frame."""
+    if isinstance(e, ObservedException) and e.certain:
+        raise Unsupported("an exception of the traced code leaves the function")
 
 
 def _snapshot_at(frame) -> BreakSnapshot:
@@ -339,6 +349,9 @@ def run_break(plan: BreakPlan, owner, results, L: dict) -> Any:
     elif op == "DELETE_SUBSCR":
         key, obj = stack.pop(), stack.pop()
         del obj[key]
+    elif op == "BINARY_SUBSCR":
+        key, obj = stack.pop(), stack.pop()
+        stack.append(obj[key])
     else:  # pragma: no cover - plan_break only plans the instructions above
         raise AssertionError(op)
     layout = resume_layout(plan)
@@ -414,7 +427,7 @@ def _consumed(plan: BreakPlan) -> int:
     if op == "CALL_FUNCTION_EX":
         n = 2 + (plan.arg & 1)
         return n + 1 if len(plan.stack) > n and plan.stack[-n - 1] is NULL else n
-    return {"STORE_GLOBAL": 1, "STORE_ATTR": 2, "STORE_SUBSCR": 3, "DELETE_SUBSCR": 2}.get(op, 1)
+    return {"STORE_GLOBAL": 1, "STORE_ATTR": 2, "STORE_SUBSCR": 3, "DELETE_SUBSCR": 2, "BINARY_SUBSCR": 2}.get(op, 1)
 
 
 def resume_layout(plan: BreakPlan) -> tuple[str, ...]:
@@ -422,7 +435,7 @@ def resume_layout(plan: BreakPlan) -> tuple[str, ...]:
     untouched = len(plan.stack) - _consumed(plan)
     kinds = [NULL_SLOT if s is NULL else ITER_SLOT if i in plan.iters else VALUE_SLOT
              for i, s in enumerate(plan.stack[:untouched])]
-    if plan.opname.startswith("CALL"):
+    if plan.opname.startswith("CALL") or plan.opname == "BINARY_SUBSCR":
         kinds.append(VALUE_SLOT)
     elif plan.opname == "BEFORE_WITH":  # the block's __exit__, and what __enter__ returned
         kinds += [VALUE_SLOT, VALUE_SLOT]

@@ -1,0 +1,180 @@
+"""A function whose capture gave up runs eagerly, and the functions and modules it calls are
+still captured on their own (as TorchDynamo's frame hook stays on for the callees of a frame it
+skips): each once, reused on later calls, and every result as eager's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fireclay_capture import capture
+
+
+def scale(t, k=2.0):
+    return t * k + 1
+
+
+def double_sin(t):
+    return scale(t.sin())  # scale is inlined into double_sin's own capture
+
+
+def stats(*args, **kwargs):
+    return sum(args) + kwargs.get("bias", 0)
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x).relu()
+
+
+class Stack(torch.nn.Module):
+    """transformers' shape: a compile-only path that subscripts what eager builds, so the capture
+    of forward gives up (the user's TypeError), while its blocks are captured on their own."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block() for _ in range(3)])
+        self.head = Block()
+
+    def forward(self, x, mask=None):
+        if torch.compiler.is_compiling():
+            x = x + mask[0]  # mask is None here: only the trace raises
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def nested_calls(x, mask=None):
+    y = double_sin(x)
+    if torch.compiler.is_compiling():
+        y = y + mask[0]
+    return scale(y, k=3.0) + double_sin(y)
+
+
+def star_calls_and_methods(x, mask=None):
+    if torch.compiler.is_compiling():
+        mask[0]
+    parts = [x.cos(), x.sin()]
+    total = stats(*parts, bias=x.exp())  # CALL_FUNCTION_EX
+    return total.mul(2) + [scale(p) for p in parts][0]  # a method call, calls in a comprehension
+
+
+def handler_calls(x, mask=None):
+    if torch.compiler.is_compiling():
+        mask[0]
+    try:
+        y = scale(x)
+        raise ValueError("eager raises and catches this")
+    except ValueError:
+        y = double_sin(y)
+    return y
+
+
+def recursive(x, n: int, mask=None):
+    if torch.compiler.is_compiling():
+        mask[0]
+    if n == 0:
+        return scale(x)
+    return recursive(x.sin(), n - 1) + 1
+
+
+def _numbers(x):
+    for i in range(3):
+        yield scale(x) * i
+
+
+def with_generator(x, mask=None):
+    if torch.compiler.is_compiling():
+        mask[0]
+    return sum(_numbers(x)) + double_sin(x)
+
+
+class Counter:
+    def __init__(self):
+        self.k = 3.0
+
+    def bump(self, t):
+        return scale(t, self.k)
+
+
+COUNTER = Counter()
+
+
+def bound_method_callee(x, mask=None):
+    if torch.compiler.is_compiling():
+        mask[0]
+    return COUNTER.bump(x) + COUNTER.bump(x.cos())
+
+
+# (function, arguments maker, the callees captured on their own: function/forward names)
+CASES = {
+    "nested_calls": (nested_calls, lambda: (torch.randn(4),), {"double_sin", "scale"}),
+    # (calls inside a comprehension's own code object are not rewritten: scale runs as it is)
+    "star_calls_and_methods": (star_calls_and_methods, lambda: (torch.randn(4),), {"stats"}),
+    "handler_calls": (handler_calls, lambda: (torch.randn(4),), {"scale", "double_sin"}),
+    # the recursive calls reach the root's own capture (not a second one): it gives up once per n
+    "recursive": (recursive, lambda: (torch.randn(4), 3), {"scale"}),
+    "with_generator": (with_generator, lambda: (torch.randn(4),), {"double_sin"}),
+    "bound_method_callee": (bound_method_callee, lambda: (torch.randn(4),), {"Counter.bump"}),
+}
+
+
+def _captured(compiled) -> dict[str, int]:
+    """Captures of every function captured on its own below ``compiled``, by qualified name."""
+    out: dict[str, int] = {}
+    for child in compiled.children:
+        name = child.code.co_qualname
+        out[name] = out.get(name, 0) + child.stats.captures
+        for k, v in _captured(child).items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_callees_of_an_eager_frame_are_captured(name):
+    fn, make_args, callees = CASES[name]
+    compiled = capture(fn)
+    args = make_args()
+    torch.testing.assert_close(compiled(*args), fn(*args))
+    assert compiled.stats.fallbacks >= 1 and compiled.stats.captures == 0  # the frame itself runs eagerly
+    gave_up = compiled.stats.fallbacks  # once, or once per depth of the recursion
+    first = _captured(compiled)
+    assert callees <= set(first), first
+    for _ in range(2):
+        args = make_args()
+        torch.testing.assert_close(compiled(*args), fn(*args))
+    # Nothing captured again on later calls, and the frame gave up once.
+    assert _captured(compiled) == first
+    assert compiled.stats.fallbacks == gave_up
+
+
+def test_modules_called_by_an_eager_frame_are_captured_once_each():
+    model = Stack()
+    compiled = capture(model)
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(compiled(x), model(x))
+    blocks = [c for c in compiled.children if c.code.co_qualname == "Block.forward"]
+    assert len(blocks) == 4  # three blocks and the head, one capture each
+    assert all((c.stats.captures, c.stats.calls) == (1, 3) for c in blocks)
+    assert compiled.graph_count() == 4 and compiled.stats.fallbacks == 1
+
+
+def test_the_frame_that_gave_up_is_warned_about_once(caplog):
+    def once(x, mask=None):
+        if torch.compiler.is_compiling():
+            mask[0]
+        return scale(x)
+
+    compiled = capture(once)
+    with caplog.at_level("INFO", logger="fireclay_capture"):
+        for _ in range(3):
+            compiled(torch.randn(4))
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and "once" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "the traced code raised TypeError" in warnings[0].getMessage()
+    assert "internal error" not in caplog.text
