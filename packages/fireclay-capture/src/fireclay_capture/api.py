@@ -8,6 +8,7 @@ import contextlib
 import functools
 import gc
 import logging
+import sys
 import types
 import warnings
 from collections.abc import Iterator
@@ -380,7 +381,7 @@ class CapturedFunction(CaptureWrapper):
             return fn
         if suspends(func.__code__) or is_generator_context_factory(func):  # run as they are
             return fn
-        if (getattr(func, "__module__", None) or "").split(".")[0] in _LIBRARIES:
+        if _is_library(getattr(func, "__module__", None) or ""):
             return fn
         captured = self._callees.get(func)
         if captured is None:
@@ -390,7 +391,7 @@ class CapturedFunction(CaptureWrapper):
     def _module_callee(self, module: torch.nn.Module) -> Any:
         forward = getattr(type(module), "forward", None)
         if not isinstance(forward, types.FunctionType) or getattr(forward, "_fireclay_eager", False) \
-                or (forward.__module__ or "").split(".")[0] in _LIBRARIES or suspends(forward.__code__) \
+                or _is_library(forward.__module__ or "") or suspends(forward.__code__) \
                 or "forward" in vars(module):
             return module  # torch's own layers (an LSTM breaks inside), or a forward set on the instance
         captured = self._callees.get(module)
@@ -429,6 +430,13 @@ class CapturedFunction(CaptureWrapper):
 # built on torch (transformers) are user code to capture.
 _LIBRARIES = frozenset({"torch", "numpy", "fireclay_capture", "fireclay_ir", "fireclay_shapes", "fireclay",
                         "contextlib", "logging", "warnings"})
+
+
+def _is_library(module_name: str) -> bool:
+    """Code that runs as it is when a break or an eager frame calls it: torch, fireclay and
+    Python's standard library (``copy``, ``functools``...), as TorchDynamo skips them too."""
+    top = module_name.split(".")[0]
+    return top in _LIBRARIES or top in sys.stdlib_module_names
 
 
 def _code_place(code: types.CodeType) -> str:

@@ -76,10 +76,20 @@ def _rewritten(code: types.CodeType, hooks: CallHooks) -> types.CodeType | None:
         plain = _call_layouts(original, code)
         if plain is None:
             return None
+        # Handler depths come from the code's own exception table, not from a flow analysis: a
+        # resume function's prologue jumps past the start of the region it enters (resume.py).
+        begins = [x for x in original if isinstance(x, TryBegin)]
+        entries = _exception_entries(code)
+        if len(begins) != len(entries):
+            return None
+        for begin, entry in zip(begins, entries):
+            begin.stack_depth = entry.depth
+            begin.push_lasti = entry.lasti
         items = _rewrite(original, plain, hooks)
         original.clear()  # the same Bytecode keeps the code's names, flags and arguments
         original.extend(items)
-        return original.to_code()
+        # A rewritten call holds at most three more values than the call it replaces.
+        return original.to_code(stacksize=code.co_stacksize + 3, compute_exception_stack_depths=False)
     except Exception:  # code the rewrite does not follow runs as it is
         return None
 
@@ -154,11 +164,15 @@ def _try_depths(code: Bytecode, code_object: types.CodeType) -> dict[int, int] |
     """The stack depth of each try region's handler, from the code's exception table (the
     ``bytecode`` package leaves it unset until it assembles the code)."""
     begins = [x for x in code if isinstance(x, TryBegin)]
-    entries = sorted(dis.Bytecode(code_object).exception_entries,  # type: ignore[attr-defined]  # 3.11+
-                     key=lambda e: e.start)
+    entries = _exception_entries(code_object)
     if len(begins) != len(entries):
         return None
     return {id(b): e.depth for b, e in zip(begins, entries)}
+
+
+def _exception_entries(code_object: types.CodeType) -> list:
+    return sorted(dis.Bytecode(code_object).exception_entries,  # type: ignore[attr-defined]  # 3.11+
+                  key=lambda e: e.start)
 
 
 def _merge(states: dict, at: int, stack: tuple[str, ...]) -> bool:
