@@ -81,17 +81,18 @@ EXPECTED_GRAPHS = {
     **_expected("two_breaks", (3, 2), quiet=(1, 0), numpy=(1, 1), numpy_call=(3, 4)),
     **_expected("while_loop", (2, 2), quiet=(1, 0), numpy=(1, 1), numpy_call=(3, 4),
                 id_builtin=(3, 2), item=(3, 2), item_branch=(3, 2), tolist=(3, 2)),
-    **_expected("closure_cells", (2, 1), quiet=(1, 0), numpy=(1, 1), numpy_call=(2, 2)),
+    # (numpy: the resume function runs eagerly and the function it calls is captured on its own)
+    **_expected("closure_cells", (2, 1), quiet=(1, 0), numpy=(2, 1), numpy_call=(2, 2)),
     **_expected("contextmanager_block", (2, 4), quiet=(1, 3), numpy=(1, 3), numpy_call=(2, 5)),
     **_expected("loop_in_try", (4, 4), quiet=(1, 1), numpy=(1, 1), numpy_call=(4, 7),
                 disabled=(3, 4), graph_break=(3, 4), print=(3, 4)),
     **_expected("nested_try_finally_raises", (2, 2), quiet=(1, 1), numpy=(1, 1), numpy_call=(2, 3)),
-    **_expected("nonlocal_counter", (2, 1), quiet=(1, 0), numpy=(1, 1), numpy_call=(2, 2)),
+    **_expected("nonlocal_counter", (2, 1), quiet=(1, 0), numpy=(2, 1), numpy_call=(2, 2)),
     **_expected("three_deep_try_in_middle", (5, 5), quiet=(4, 4), numpy=(4, 4), numpy_call=(5, 6),
                 disabled=(4, 5), graph_break=(4, 5), print=(4, 5)),
     **_expected("try_except_caught", (2, 2), quiet=(1, 1), numpy=(1, 1), numpy_call=(2, 3)),
     **_expected("try_finally", (2, 1), quiet=(1, 0), numpy=(1, 1), numpy_call=(2, 2)),
-    **_expected("user_with_in_loop", (3, 2), quiet=(1, 0), numpy=(1, 1), numpy_call=(3, 4)),
+    **_expected("user_with_in_loop", (3, 2), quiet=(1, 0), numpy=(2, 1), numpy_call=(3, 4)),
     **_expected("user_with_suppresses", (2, 2), quiet=(1, 1), numpy=(1, 1), numpy_call=(2, 3)),
 }
 
