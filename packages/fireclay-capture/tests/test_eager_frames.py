@@ -110,6 +110,39 @@ def bound_method_callee(x, mask=None):
     return COUNTER.bump(x) + COUNTER.bump(x.cos())
 
 
+class Base:
+    def scaled(self, t):
+        return scale(t)
+
+
+class Child(Base):
+    def scaled(self, t):
+        return super().scaled(t) + 1  # zero-argument super() reads its caller's frame
+
+
+CHILD = Child()
+
+
+def super_call_in_method(x, mask=None):
+    if torch.compiler.is_compiling():
+        mask[0]
+    return CHILD.scaled(x) + Child.scaled(CHILD, x.cos())
+
+
+def reports_compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+def compile_only_helper(x, mask=None):
+    # A callee with no tensor work runs as it is: captured, it would answer True to the eager
+    # frame calling it (transformers' is_torchdynamo_compiling()).
+    if reports_compiling():
+        x = x + mask[0]
+    if torch.compiler.is_compiling():
+        mask[0]
+    return double_sin(x)
+
+
 # (function, arguments maker, the callees captured on their own: function/forward names)
 CASES = {
     "nested_calls": (nested_calls, lambda: (torch.randn(4),), {"double_sin", "scale"}),
@@ -120,6 +153,8 @@ CASES = {
     "recursive": (recursive, lambda: (torch.randn(4), 3), {"scale"}),
     "with_generator": (with_generator, lambda: (torch.randn(4),), {"double_sin"}),
     "bound_method_callee": (bound_method_callee, lambda: (torch.randn(4),), {"Counter.bump"}),
+    "super_call_in_method": (super_call_in_method, lambda: (torch.randn(4),), {"Child.scaled"}),
+    "compile_only_helper": (compile_only_helper, lambda: (torch.randn(4),), {"double_sin"}),
 }
 
 
@@ -178,3 +213,67 @@ def test_the_frame_that_gave_up_is_warned_about_once(caplog):
     assert len(warnings) == 1
     assert "the traced code raised TypeError" in warnings[0].getMessage()
     assert "internal error" not in caplog.text
+
+
+class Router(torch.nn.Module):
+    """openai_privacy_filter's experts in miniature: the experts hit are found with ``nonzero``
+    (data-dependent) after the call filled dicts of its own (merge_with_config_defaults)."""
+
+    def __init__(self):
+        super().__init__()
+        self.experts = torch.nn.ModuleList([Block() for _ in range(2)])
+
+    def forward(self, x):
+        options = {"top_k": 1}
+        options.update(scale=2.0)
+        hit = (x.sum(-1) > 0).nonzero()  # a graph break, inside a called module
+        out = torch.zeros_like(x)
+        for i in range(hit.shape[0]):
+            out = out + self.experts[i % 2](x) * options["scale"]
+        return out
+
+
+class Recurrent(torch.nn.Module):
+    """parakeet's decoder in miniature: torch's LSTM (whose forward reads a weak reference)
+    inside a module of the user's."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(4, 4, batch_first=True)
+        self.proj = Block()
+
+    def forward(self, x):
+        state = {}
+        state["h"] = self.proj(x)
+        out, _ = self.lstm(state["h"])
+        return self.proj(out)
+
+
+class Outer(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.pre = Block()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(self.pre(x)).sin()
+
+
+@pytest.mark.parametrize("inner", [Router, Recurrent], ids=["nonzero", "lstm"])
+def test_a_break_inside_a_called_module_splits_the_caller(inner):
+    model = Outer(inner())
+    compiled = capture(model)
+    for _ in range(3):
+        x = torch.randn(2, 3, 4)
+        torch.testing.assert_close(compiled(x), model(x))
+
+    def everything(cf):
+        yield cf
+        for child in cf.children:
+            yield from everything(child)
+
+    captured = list(everything(compiled))
+    assert sum(c.stats.fallbacks for c in captured) == 0  # no frame runs eagerly
+    assert compiled.break_count() >= 1 and compiled.graph_count() >= 3
+    # the called module's forward is captured on its own, once
+    assert [c.code.co_qualname for c in captured].count(f"{inner.__name__}.forward") == 1

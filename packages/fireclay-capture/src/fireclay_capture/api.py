@@ -136,6 +136,8 @@ class CapturedFunction(CaptureWrapper):
         if isinstance(target, (types.FunctionType, torch.nn.Module)):
             self._callees[target] = self
         self._calling_through: Any = None  # self.fn with its callees captured, once built
+        # Set on callees captured on their own: a trace with no graph node runs eagerly instead.
+        self.empty_runs_eagerly = False
         functools.update_wrapper(self, self.fn, updated=())
 
     # -- calling
@@ -330,6 +332,12 @@ class CapturedFunction(CaptureWrapper):
             return self._fallback(tx, failure, stage="capture failed")
         finally:
             torch.set_grad_enabled(prior_grad)
+        if self.empty_runs_eagerly and plan is None and not program.graphs[program.entry].nodes:
+            # A callee with no tensor work (transformers' is_torchdynamo_compiling()) runs as it
+            # is: a capture would fold compile-time answers into what eager code reads (TorchDynamo
+            # skips such frames too). Not a fallback: nothing was left uncompiled.
+            self._leave_contexts(tx, prior_grad)
+            return CacheEntry(tx.guards.compile([]), None, None, None)
         if tx.shapes is not None:
             tx.guards.expression(tx.shapes.guard_text())
         program.metadata["capture"] = {"function": self.code.co_qualname, "file": self.code.co_filename,
@@ -386,6 +394,7 @@ class CapturedFunction(CaptureWrapper):
         captured = self._callees.get(func)
         if captured is None:
             captured = self._callees[func] = self._child(func)
+            captured.empty_runs_eagerly = True
         return functools.partial(captured, fn.__self__) if fn is not func else captured
 
     def _module_callee(self, module: torch.nn.Module) -> Any:
@@ -397,6 +406,7 @@ class CapturedFunction(CaptureWrapper):
         captured = self._callees.get(module)
         if captured is None:
             captured = self._callees[module] = self._child(module)
+            captured.empty_runs_eagerly = True
         return captured
 
     def _child(self, target: Any) -> CapturedFunction:

@@ -34,7 +34,10 @@ from bytecode import Bytecode, Instr, Label, TryBegin
 from fireclay_capture import bytecode_versions as versions
 from fireclay_capture.code_flags import suspends
 
-_NULL, _VALUE = "null", "value"
+_NULL, _VALUE, _OWN_FRAME = "null", "value", "own frame"
+# Builtins that read the frame calling them (zero-argument super(), locals()...): a call through
+# the hook would hand them the hook's frame, so such calls are left as they are.
+_READS_CALLER_FRAME = frozenset({"super", "locals", "vars", "dir", "eval", "exec", "globals", "breakpoint"})
 _ENDS_FLOW = frozenset({"RETURN_VALUE", "RETURN_CONST", "RAISE_VARARGS", "RERAISE", "JUMP_FORWARD", "JUMP_BACKWARD",
                         "JUMP_ABSOLUTE", "JUMP", "JUMP_NO_INTERRUPT", "JUMP_BACKWARD_NO_INTERRUPT"})
 
@@ -197,7 +200,8 @@ def _step(inst: Instr, stack: list[str], plain: set[int], index: int, jump: bool
     if name == "PUSH_NULL":
         return [*stack, _NULL]
     if _pushes_null_first(inst):
-        return [*stack, _VALUE, _NULL] if versions.NULL_AFTER_CALLABLE else [*stack, _NULL, _VALUE]
+        loaded = _OWN_FRAME if inst.arg[1] in _READS_CALLER_FRAME else _VALUE
+        return [*stack, loaded, _NULL] if versions.NULL_AFTER_CALLABLE else [*stack, _NULL, loaded]
     if _is_method_load(inst):  # rewritten: attribute, then a NULL on its side
         return [*stack[:-1], _VALUE, _NULL] if versions.NULL_AFTER_CALLABLE else [*stack[:-1], _NULL, _VALUE]
     if name == "PRECALL":  # 3.11: dis counts the call's pops here; they are counted at CALL below
@@ -210,13 +214,15 @@ def _step(inst: Instr, stack: list[str], plain: set[int], index: int, jump: bool
     if name == "CALL":
         n = inst.arg
         null_at = -(n + 1) if versions.NULL_AFTER_CALLABLE else -(n + 2)
-        if len(stack) >= n + 2 and stack[null_at] == _NULL:
+        callable_at = -(n + 2) if versions.NULL_AFTER_CALLABLE else -(n + 1)
+        if len(stack) >= n + 2 and stack[null_at] == _NULL and stack[callable_at] == _VALUE:
             plain.add(index)
         return [*stack[:len(stack) - n - 2], _VALUE]
     if name == "CALL_FUNCTION_EX":
         n = 2 + (inst.arg & 1)
         null_at = -(n) if versions.NULL_AFTER_CALLABLE else -(n + 1)
-        if len(stack) >= n + 1 and stack[null_at] == _NULL:
+        callable_at = -(n + 1) if versions.NULL_AFTER_CALLABLE else -n
+        if len(stack) >= n + 1 and stack[null_at] == _NULL and stack[callable_at] == _VALUE:
             plain.add(index)
         return [*stack[:len(stack) - n - 1], _VALUE]
     if name == "CALL_KW":  # 3.13, left as it is
