@@ -277,3 +277,17 @@ def test_a_break_inside_a_called_module_splits_the_caller(inner):
     assert compiled.break_count() >= 1 and compiled.graph_count() >= 3
     # the called module's forward is captured on its own, once
     assert [c.code.co_qualname for c in captured].count(f"{inner.__name__}.forward") == 1
+
+
+def test_a_break_inside_a_comprehension_runs_it_as_it_is():
+    # The comprehension's own code (parameter ".0") is the break's callee: it runs as it is.
+    def fn(x):
+        y = x.cos()
+        values = [float(t.sum().item()) for t in y.split(2)]  # .item() breaks inside
+        return y * sum(values)
+
+    compiled = capture(fn)
+    for _ in range(2):
+        x = torch.randn(4)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert compiled.break_count() >= 1

@@ -389,6 +389,8 @@ class CapturedFunction(CaptureWrapper):
             return fn
         if suspends(func.__code__) or is_generator_context_factory(func):  # run as they are
             return fn
+        if not _plain_parameters(func.__code__):  # a comprehension's code (its ".0" iterator)
+            return fn
         if _is_library(getattr(func, "__module__", None) or ""):
             return fn
         captured = self._callees.get(func)
@@ -440,6 +442,12 @@ class CapturedFunction(CaptureWrapper):
 # built on torch (transformers) are user code to capture.
 _LIBRARIES = frozenset({"torch", "numpy", "fireclay_capture", "fireclay_ir", "fireclay_shapes", "fireclay",
                         "contextlib", "logging", "warnings"})
+
+
+def _plain_parameters(code: types.CodeType) -> bool:
+    n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & CO_VARARGS) \
+        + bool(code.co_flags & CO_VARKEYWORDS)
+    return all(name.isidentifier() for name in code.co_varnames[:n])
 
 
 def _is_library(module_name: str) -> bool:

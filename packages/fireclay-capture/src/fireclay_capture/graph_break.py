@@ -207,8 +207,8 @@ def _frame_specs(specs: _BreakSpecs, frame, snap: BreakSnapshot) -> _FrameSpecs:
     # A for-loop's iterator crosses the break as the tuple of its remaining items.
     stack = snap.stack
     iters = frozenset(i for i, v in enumerate(stack) if isinstance(v, IteratorVar))
-    stack_specs = [("seq", tuple, [specs.spec_of(i) for i in v.items[v.pos:]]) if isinstance(v, IteratorVar)
-                   else specs.spec_of(v) for v in stack]
+    stack_specs = [("seq", tuple, [specs.spec_of(x) for x in v.items[snap.iter_positions.get(i, v.pos):]])
+                   if isinstance(v, IteratorVar) else specs.spec_of(v) for i, v in enumerate(stack)]
     # The stack parameters of a resume function are dead once its prologue has run.
     # Only locals that the rest of the function may read cross the break: a dead one is neither
     # a graph output nor an argument of the resume function, so it is freed as eagerly.
@@ -320,6 +320,11 @@ def run_break(plan: BreakPlan, owner, results, L: dict) -> Any:
     results = None
     if plan.uses_trampoline():
         return _run_in_trampoline(plan, owner, stack, local_values)
+    # An iterator the break's own instruction consumes (a comprehension's, handed to its code
+    # object by CALL 0) is an iterator again, not the tuple of its items it crossed as.
+    for i in plan.iters:
+        if i >= len(stack) - _consumed(plan):
+            stack[i] = iter(stack[i])
     offset = plan.next_offset
     op = plan.opname
     if op in _BRANCHES:

@@ -74,6 +74,8 @@ class BreakSnapshot:
     n_contexts: int  # context managers entered
     mutations: int  # the trace's mutation count
     vars_made: int  # above the number of every value made before it (Var.born)
+    # Where each for-loop iterator on the stack stood (a callee may advance one after this).
+    iter_positions: dict[int, int]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,7 +181,8 @@ class Frame:
                     self.before_break = BreakSnapshot(
                         inst=inst, stack=self.stack[:], kw_names=self.kw_names, n_nodes=len(tx.graph.nodes),
                         effects=tx.side_effects.snapshot(), grad_enabled=torch.is_grad_enabled(),
-                        n_contexts=len(tx.entered_contexts), mutations=tx.mutations, vars_made=vars_made())
+                        n_contexts=len(tx.entered_contexts), mutations=tx.mutations, vars_made=vars_made(),
+                        iter_positions={i: v.pos for i, v in enumerate(self.stack) if isinstance(v, IteratorVar)})
                 self.ip += 1
                 self.tx.instructions_run += 1
                 if self.tx.instructions_run > config.max_instructions:
