@@ -21,6 +21,13 @@ on CUDA: under torch's default ``torch.backends.cudnn.allow_tf32 = True``, cuDNN
 for NHWC convolutions where eager's NCHW calls often do not (a BatchNorm network's float32
 gradients moved by up to 5e-2 relative at small sizes; with TF32 off they match eager to 1e-6).
 Set ``allow_tf32 = False`` for float32-exact convolutions, or leave ``cuda`` out of this knob.
+
+``pad_strides`` names device types too. A buffer our kernels write whose rows are long and not a
+multiple of 128 bytes (a language model's logits gradient, ``[tokens, 50257]`` in bf16) is laid out
+with its row stride rounded up (:func:`fireclay_loops.layout.padded_strides`): cuBLAS runs its fast
+GEMMs only on operands whose rows start 16-byte aligned, and falls back to far slower ``align1``
+kernels otherwise. Inputs and the outputs a caller receives keep eager's strides. On the CPU the
+library GEMMs take any row stride at the same speed (measured in docs/status.md), so it is off there.
 """
 
 from __future__ import annotations
@@ -46,6 +53,9 @@ class Config(Settings, section="loops"):
                                                  "our kernels fuse, when only our kernels read it")
     split_reductions: tuple[str, ...] = setting(("cuda",), "device types whose schedules keep reductions "
                                                 "with few outputs splittable over programs")
+    pad_strides: tuple[str, ...] = setting(("cuda",), "device types whose intermediate buffers with long rows get "
+                                           "row strides padded to 128 bytes (aligned library operands)")
+    pad_min_stride: int = setting(1024, "shortest stride, in elements, that pad_strides pads")
     kernel_checks: bool = setting(True, "check in generated kernels what eager raises on: indices read from "
                                         "tensors, integer division by zero on the CPU")
 

@@ -57,6 +57,19 @@ def _store_vars(index: sympy.Expr, vars_: list[sympy.Symbol],
     return out if sympy.expand(rest) == 0 else None
 
 
+def _digit_base(v: sympy.Symbol, stride: sympy.Expr, size: sympy.Expr,
+                producer_vars: Sequence[tuple[sympy.Symbol, sympy.Expr, sympy.Expr]]) -> sympy.Expr:
+    """What a producer variable's index is taken modulo when recovered from a flat index: the
+    next larger stride over its own, where that divides (rows padded past their size,
+    :func:`fireclay_loops.layout.padded_strides`: ``32*x0 + x1`` over ``x1 < 7`` gives ``x1 =
+    index % 32``), else its size (the contiguous case, where the two are equal)."""
+    st = exprs.to_static(stride)
+    outer = [o for _, s, _ in producer_vars if (o := exprs.to_static(s)) is not None and st is not None and o > st]
+    if st is None or not outer or min(outer) % st:
+        return size
+    return sympy.Integer(min(outer) // st)
+
+
 class _Inliner:
     """Forwards a consumer's ops to a recorder, replacing loads of ``buffer`` by the producer."""
 
@@ -86,7 +99,8 @@ class _Inliner:
         subs: dict[Any, Any] = {}
         producer_vars = _producer_vars(self.producer) or []
         for v, stride, size in producer_vars:
-            subs[v] = exprs.simplify(exprs.modular_indexing(index, stride, size), self.recorder.var_sizes)
+            subs[v] = exprs.simplify(exprs.modular_indexing(index, stride, _digit_base(v, stride, size, producer_vars)),
+                                     self.recorder.var_sizes)
         if mask is not None and any(e.atoms(exprs.FloorDiv, exprs.Mod) for e in subs.values()):
             split = _split_under_mask(index, producer_vars, _mask_bounds(self.recorder.body, mask),
                                       self.recorder.var_sizes)

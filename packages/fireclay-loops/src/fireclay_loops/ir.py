@@ -13,8 +13,9 @@ Node kinds (this docstring is their spec):
 * ``output``    — :class:`OutputBufferNode`: the buffers (or Python scalars) the program returns.
 
 A :class:`Buffer` is a named tensor in memory: dtype, device, size, strides (sympy expressions).
-Computed buffers are contiguous, or channels-last around 2-D convolutions
-(:mod:`fireclay_loops.layout`); inputs keep the strides they arrive with.
+Computed buffers are contiguous, or channels-last around 2-D convolutions, or contiguous with
+padded row strides where ``config.pad_strides`` asks for aligned rows (:mod:`fireclay_loops.layout`);
+inputs keep the strides they arrive with.
 
 ``meta`` keys on nodes: ``origins`` (the aten ops lowered into it, ``"%v3 = aten::add.Tensor"``),
 ``source`` (the user's code, copied from the aten node).

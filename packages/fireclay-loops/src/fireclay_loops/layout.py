@@ -120,3 +120,37 @@ def loop_order(size: Sequence[Any], stride: Sequence[Any]) -> list[int]:
     in memory order: N, H, W, C for a channels-last buffer, the dimensions in order otherwise."""
     dims = [0, 2, 3, 1] if is_channels_last(size, stride) else list(range(len(size)))
     return [k for k in dims if not exprs.equal(size[k], 1)]
+
+
+# Padded row strides. A GEMM library reads a matrix through its row stride; cuBLAS picks its fast
+# kernels only when every row starts 16-byte aligned, so a [tokens, 50257] bf16 operand (a language
+# model's logits gradient) runs the slow ``align1`` kernels, several times slower. A buffer the
+# program lays out itself can have its rows start aligned instead: each stride of at least
+# ``config.pad_min_stride`` elements is rounded up to a multiple of PAD_ALIGNMENT_BYTES, as
+# Inductor's comprehensive padding does (128 bytes: whole cache lines, beyond cuBLAS' 16).
+PAD_ALIGNMENT_BYTES = 128
+
+
+def padded_strides(size: Sequence[Any], stride: Sequence[Any], itemsize: int, min_stride: int) -> list[sympy.Expr] | None:
+    """Strides for a buffer of static ``size`` laid out contiguously (``stride``) with each
+    stride of at least ``min_stride`` elements that is not a multiple of
+    :data:`PAD_ALIGNMENT_BYTES` rounded up to one (strides inside are built on the padded ones);
+    None when nothing changes: a symbolic size, another layout, short or aligned rows."""
+    sizes = [exprs.to_static(s) for s in size]
+    if len(sizes) < 2 or any(n is None for n in sizes):
+        return None
+    if not all(exprs.equal(a, b) or n == 1 for n, a, b in zip(sizes, stride, exprs.contiguous_strides(size))):
+        return None
+    align = max(1, PAD_ALIGNMENT_BYTES // itemsize)
+    out: list[int] = [0] * len(sizes)
+    step, changed = 1, False
+    for k in range(len(sizes) - 1, -1, -1):
+        out[k] = step
+        n = sizes[k]
+        assert n is not None
+        step *= n
+        if step >= min_stride and step % align:
+            step = -(-step // align) * align
+            # only a dimension of more than one element outside this one makes it take space
+            changed = changed or any(m != 1 for m in sizes[:k])
+    return [sympy.Integer(s) for s in out] if changed else None

@@ -17,6 +17,7 @@ from fireclay_ir import Device, DType, Program, ScalarType, SymExpr, Value
 from fireclay_loops import exprs, layout
 from fireclay_loops.body import record_body
 from fireclay_loops.config import config
+from fireclay_loops.dtypes import ITEMSIZE
 from fireclay_loops.errors import LoweringError
 from fireclay_loops.ir import (
     Buffer,
@@ -52,6 +53,8 @@ class LoweringContext:
         self._reads_cl: dict[int, bool] = {}  # id(aten node) -> whether it reads a channels-last buffer
         self.library_channels_last: set[str] = set()  # library results planned channels-last
         self._returned: set[Value] | None = None
+        self.padded: set[str] = set()  # buffers laid out with padded rows (layout.padded_strides)
+        self._eager_layout_values: set[Value] | None = None
 
     # -- naming
     def fresh(self, prefix: str) -> str:
@@ -63,12 +66,35 @@ class LoweringContext:
         return self.out.buffers[name].dtype
 
     def new_buffer(self, size: Sequence[Any], dtype: str, device: str, stride: Sequence[Any] | None = None) -> Buffer:
-        stride = self.layout_strides(size) if stride is None else stride
-        buf = Buffer(self.fresh("buf"), dtype, device, list(size), list(stride))
+        """A buffer for the current node; with ``stride`` None, laid out by :meth:`layout_strides`
+        and, where the node's result may take it, with padded rows (:meth:`_padded`)."""
+        padded = None
+        if stride is None:
+            stride = self.layout_strides(size)
+            padded = self._padded(size, stride, dtype, device)
+        buf = Buffer(self.fresh("buf"), dtype, device, list(size), list(padded or stride))
         self.out.buffers[buf.name] = buf
+        if padded is not None:
+            self.padded.add(buf.name)
         return buf
 
     # -- layout
+    def _padded(self, size: Sequence[Any], stride: Sequence[Any], dtype: str, device: str) -> list[sympy.Expr] | None:
+        """Padded strides (:func:`layout.padded_strides`) for the current node's result, when its
+        device type is in ``config.pad_strides`` and nothing reads its memory as eager lays it
+        out: no result of the node is returned to the caller (through views; a saved output, which
+        only the backward reads, may be padded) or read by ``as_strided``."""
+        if self.node is None or str(device).split(":")[0] not in config.pad_strides:
+            return None
+        padded = layout.padded_strides(size, stride, ITEMSIZE[dtype], config.pad_min_stride)
+        if padded is None:
+            return None
+        if self._eager_layout_values is None:
+            self._eager_layout_values = _values_needing_eager_layout(self.graph, self._returned_values())
+        if any(o in self._eager_layout_values for o in self.node.outputs):
+            return None
+        return padded
+
     def layout_strides(self, size: Sequence[Any]) -> list[sympy.Expr]:
         """Strides of a new buffer of ``size`` computed for the current node: channels-last when
         the program keeps activations so and the node reads a channels-last buffer; else
@@ -201,7 +227,6 @@ class LoweringContext:
         out_size = [in_size[k] if k not in dims else sympy.Integer(1) for k in kept]
         bufs = [self.new_buffer(out_size, dt, device) for dt, _ in finals]
         rnumel = exprs.product(in_size[k] for k in dims)
-        out_strides = bufs[0].stride if bufs else exprs.contiguous_strides(out_size)
 
         def fn(vars: Sequence[Any], rvars: Sequence[Any]) -> Any:
             index: list[Any] = [sympy.Integer(0)] * n
@@ -211,9 +236,10 @@ class LoweringContext:
                 index[k] = v
             value = inner(index)
             acc = ops.reduction(acc_dtype, src_dtype or acc_dtype, reduction_type, value)
-            out_index = sum((index[k] * out_strides[j] for j, k in enumerate(kept) if k not in dims),
-                            sympy.Integer(0))
             for buf, (dt, final) in zip(bufs, finals):
+                # each output by its own strides: padded rows differ with the dtype's size
+                out_index = sum((index[k] * buf.stride[j] for j, k in enumerate(kept) if k not in dims),
+                                sympy.Integer(0))
                 ops.store_reduction(buf.name, out_index, ops.to_dtype(final(acc, rnumel), dt))
 
         body = record_body([in_size[k] for k in xdims], [in_size[k] for k in rdims], fn, self.buffer_dtype, self.fresh)
@@ -224,7 +250,9 @@ class LoweringContext:
         """A value in memory: buffers as they are, anything else computed into a new buffer."""
         if isinstance(value, BufferValue):
             return value
-        return self.pointwise(value.size, value.dtype, value.device, value.load)
+        # (never padded: the current node is the value's reader, whose results say nothing of
+        # who else reads this value in eager's layout)
+        return self.pointwise(value.size, value.dtype, value.device, value.load, stride=self.layout_strides(value.size))
 
     def realize_strided(self, value: TensorValue) -> TensorArg:
         v = self.realize(value)
@@ -309,6 +337,28 @@ def _values_in(items: Any) -> list[Value]:
             found.append(a)
         elif isinstance(a, (list, tuple)):
             found.extend(_values_in(a))
+    return found
+
+
+def _values_needing_eager_layout(graph: Any, returned: set[Value]) -> set[Value]:
+    """The graph's values whose memory must be laid out as eager's: the ``returned`` outputs, the
+    values they view (``view`` of a padded buffer to the output would reach its padding), and the
+    values ``as_strided`` reads (it addresses memory by eager's strides), with what they view."""
+    from fireclay_loops.lowering.views import PURE_VIEW_TARGETS
+
+    pending = list(returned)
+    for node in graph.nodes:
+        if node.target == "as_strided.default":
+            pending.extend(_values_in(node.args[:1]))
+    found: set[Value] = set()
+    while pending:
+        v = pending.pop()
+        if v in found:
+            continue
+        found.add(v)
+        producer = v.node
+        if producer is not None and producer.target in PURE_VIEW_TARGETS:
+            pending.extend(_values_in(producer.args[:1]))
     return found
 
 

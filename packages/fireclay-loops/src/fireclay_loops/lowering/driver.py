@@ -91,11 +91,16 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
     ctx.node = None
     outputs: list[Any] = []
     # Outputs only a backward reads keep the layout they were computed in (see SAVED_OUTPUTS).
-    free = set(graph.meta.get(SAVED_OUTPUTS, ())) if ctx.channels_last else set()
+    saved = set(graph.meta.get(SAVED_OUTPUTS, ()))
+    free = saved if ctx.channels_last else set()
     for pos, o in enumerate(graph.outputs):
         v = convert_arg(ctx, o)
         if isinstance(v, TensorValue):
             want = _output_strides(o, v) if ctx.channels_last and pos not in free else None
+            if want is None and pos not in saved and isinstance(v, BufferValue) and v.buffer.name in ctx.padded:
+                # padded rows never reach the caller (the lowering pads no value returned as it
+                # is; this keeps that so for any other path)
+                want = _output_strides(o, v)
             if isinstance(v, BufferValue) and v.is_whole_buffer() and (
                     want is None or _same_layout(v, want, exact=v.buffer.name in ctx.library_channels_last)):
                 outputs.append(v.buffer.name)
