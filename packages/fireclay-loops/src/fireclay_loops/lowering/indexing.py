@@ -224,12 +224,16 @@ def lower_slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
 
     def fn(idx, outer=None):
         inside = _in_range(idx[dim], lo, hi)
-        offset = idx[dim] - lo
-        if every > 1:
-            on_step = ops.eq(ops.index_expr(exprs.Mod(offset, every), "int64"), ops.constant(0, "int64"))
-            inside = ops.logical_and(inside, on_step)
         shifted = list(idx)
-        shifted[dim] = exprs.FloorDiv(offset, every) if every > 1 else offset
+        if every > 1:
+            # i = lo + k*step exactly when i % step == lo % step, and then k = i // step - lo // step:
+            # no negative dividend (i - lo is, below the slice), which keeps the index simple
+            on_step = ops.eq(ops.index_expr(exprs.Mod(idx[dim], every), "int64"),
+                             ops.constant(first % every, "int64"))
+            inside = ops.logical_and(inside, on_step)
+            shifted[dim] = exprs.FloorDiv(idx[dim], every) - first // every
+        else:
+            shifted[dim] = idx[dim] - lo
         load_mask = inside if outer is None else ops.logical_and(outer, inside)
         new = ops.to_dtype(src.load(shifted, load_mask), compute)
         return ops.where(inside, new, ops.to_dtype(x.load(list(idx), outer), compute))
