@@ -12,7 +12,7 @@ from helpers import clone_inputs, compare_with_eager
 
 from fireclay_autograd import compile_program
 from fireclay_autograd.executor import run_program
-from fireclay_autograd.layouts import with_input_layouts
+from fireclay_autograd.layouts import storage_read_inputs, with_input_layouts
 from fireclay_ir import Graph, Program, TensorMeta
 
 
@@ -189,3 +189,45 @@ def test_backward_waits_for_a_settling_forward_then_takes_its_layouts(cid, fn, m
     for v, t in zip(seen[0].main.inputs, first):
         if v.is_tensor and isinstance(t, torch.Tensor):
             assert all(n <= 1 or a == b for n, a, b in zip(t.shape, _strides(v.meta), t.stride())), (v, t.stride())
+
+
+def _pooled(x, w):
+    # adaptive_avg_pool1d's backward writes the gradient through an as_strided view of a
+    # zero-filled buffer (as Swin's pooler does): a storage read of the tangent, not of x.
+    return F.adaptive_avg_pool1d(F.linear(x, w).transpose(1, 2), 1).flatten(1)
+
+
+def test_inputs_a_storage_read_does_not_depend_on_take_their_layouts():
+    torch.manual_seed(0)
+
+    def make():
+        return [torch.randn(2, 5, 8, dtype=torch.float64), _req(6, 8)]
+
+    seen: list[Program] = []
+    arrived: list[list[torch.Tensor]] = []
+    backward = _recording_backward(seen)
+
+    def spying_backward(program, examples):
+        inner = backward(program, examples)
+
+        def run(*args):
+            arrived.append(list(args))
+            return inner(*args)
+        return run
+
+    inputs = make()
+    compiled = compile_program(program_from(_pooled, clone_inputs(inputs)), clone_inputs(inputs),
+                               fw_compiler=_relaying_forward(RELAYOUTS["reversed"]), bw_compiler=spying_backward)
+    for _ in range(2):
+        compare_with_eager(_pooled, compiled, make(), atol=1e-9, rtol=1e-9)
+    graph = seen[0].main
+    assert any(n.op == "aten::as_strided.default" for n in graph.nodes)
+    pinned = storage_read_inputs(graph)
+    assert pinned and all(v.name.startswith("tangent") for v in pinned)
+    retyped = 0
+    for v, t in zip(graph.inputs, arrived[0]):
+        if not (v.is_tensor and isinstance(t, torch.Tensor)) or v in pinned or t.dim() < 2:
+            continue
+        assert _strides(v.meta) == t.stride(), (v, t.stride())
+        retyped += 1
+    assert retyped >= 1  # the saved activation x, handed back with its dims reversed

@@ -3,7 +3,7 @@
 from hand import Hand, layer_norm_decomposed, softmax_decomposed, t
 
 from fireclay_ir import DType
-from fireclay_loops import lower, schedule
+from fireclay_loops import exprs, lower, schedule
 
 
 def kernels(program, **kw):
@@ -431,3 +431,16 @@ def test_a_cast_read_by_later_loops_through_a_view_is_recomputed_not_stored():
     kernel = s.kernels[0]
     stored = {b for kn in kernel.nodes for b, _, _ in kn.writes()} - set(kernel.internal)
     assert len(stored) == 1, stored  # the result alone
+
+
+def test_a_view_regroup_never_mixes_a_reductions_outer_and_reduction_loops():
+    # Swin's patch-merging gradient ([2, 16, 16, 32]) has the numel of a layer norm's column
+    # sums ([128] x r[2, 64]); mapped onto them as one flat index, every load took divisions
+    # and remainders of all three loops and nothing vectorised.
+    from fireclay_loops.scheduler import _regrouped_map
+
+    x0, r0, r1 = (exprs.symbol(n) for n in ("x0", "r0", "r1"))
+    assert _regrouped_map([2, 16, 16, 32], [x0, r0, r1], [128, 2, 64], 1) is None
+    # a view of the outer loops alone, or of the reduction loops alone, is still matched
+    split = _regrouped_map([2, 3, 8], [x0, r0], [6, 8], 1)
+    assert split is not None and set(split) == {exprs.symbol("x0"), exprs.symbol("x1"), exprs.symbol("x2")}

@@ -9,8 +9,11 @@ the strides of the tensors it is then given (storage offset 0: the tensor's firs
 its origin). Later calls with other layouts stay correct: the compiled code conforms them, as
 before.
 
-A graph that reads an input's storage directly (``as_strided`` and its kin) keeps the traced
-layouts: there a different stride would change what is read, not only how fast.
+An input whose storage a graph reads directly (``as_strided`` and its kin, on the input or on
+anything computed from it) keeps its traced layout: there a different stride would change what
+is read, not only how fast. The graph's other inputs still take the layouts they arrive in (a
+Swin backward's ``as_strided`` of a zero-filled gradient buffer pinned every saved activation to
+its traced layout, a copy of each on every call).
 
 A forward compiler may return a callable that runs a stand-in (the interpreter) while its
 kernels compile in the background, and exposes ``settled()``: False until a call has run the
@@ -64,13 +67,35 @@ def retypes(meta: TensorMeta, t: Any) -> TensorMeta | None:
     return meta.with_(strides=tuple(int(s) for s in t.stride()), storage_offset=0)
 
 
+def storage_read_inputs(graph: Graph) -> set[Value]:
+    """The inputs of ``graph`` a storage-reading op depends on: those it reads, directly or
+    through any op computed from them (a computed buffer may take its layout from its inputs)."""
+    producer = {out: node for node in graph.nodes for out in node.outputs}
+    pinned: set[Value] = set()
+    seen: set[Value] = set()
+    stack = [v for n in graph.nodes if n.op in STORAGE_OPS for v in n.inputs()]
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        node = producer.get(v)
+        if node is None:
+            pinned.add(v)
+        else:
+            stack.extend(node.inputs())
+    return pinned
+
+
 def with_input_layouts(program: Program, inputs: Sequence[Any]) -> Program:
     """``program`` with its entry graph's input types given the layouts of ``inputs`` (see the
-    module docstring); ``program`` itself when no input differs or the graph reads storage."""
+    module docstring); ``program`` itself when no input differs except those whose storage the
+    graph reads."""
     graph = program.main
-    if len(inputs) != len(graph.inputs) or any(n.op in STORAGE_OPS for n in graph.nodes):
+    if len(inputs) != len(graph.inputs):
         return program
-    types = [retypes(v.meta, x) if v.is_tensor else None for v, x in zip(graph.inputs, inputs)]
+    pinned = storage_read_inputs(graph)
+    types = [retypes(v.meta, x) if v.is_tensor and v not in pinned else None for v, x in zip(graph.inputs, inputs)]
     if all(t is None for t in types):
         return program
     new = Graph(graph.name)

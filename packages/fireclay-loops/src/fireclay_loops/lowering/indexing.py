@@ -204,29 +204,78 @@ def _const_int(value: Any) -> int | None:
 
 @register_lowering("slice_scatter.default")
 def lower_slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+    """``src`` written over every ``step``-th element of ``x`` along ``dim`` from ``start``: the
+    backward of a slice (a strided one: Swin's patch merging takes ``x[:, 0::2, 1::2]``)."""
     size, dtype, device = ctx.out_meta()
     dim = dim % len(size) if size else 0
     first = 0 if start is None else _const_int(start)
-    if first is None or _const_int(step) != 1 or not size:
-        return fallback(ctx)  # a symbolic start (its sign decides where it counts from) or a stride
+    every = _const_int(step)
+    if first is None or every is None or every < 1 or not size:
+        return fallback(ctx)  # a symbolic start (its sign decides where it counts from) or step
     if first < 0:
         wrapped = first + size[dim]
         if not isinstance(wrapped, (int, sympy.Integer)):
             return fallback(ctx)
         first = max(int(wrapped), 0)
     lo = sympy.Integer(first)
-    hi = lo + src.size[dim]  # the slice's length is src's: eager checks they agree
+    # The slice's length is src's (eager checks they agree); its last element is at lo + (n-1)*step.
+    hi = lo + (src.size[dim] - 1) * every + 1
     compute = dtypes.compute_dtype(dtype)
 
     def fn(idx, outer=None):
         inside = _in_range(idx[dim], lo, hi)
         shifted = list(idx)
-        shifted[dim] = idx[dim] - lo
+        if every > 1:
+            # i = lo + k*step exactly when i % step == lo % step, and then k = i // step - lo // step:
+            # no negative dividend (i - lo is, below the slice), which keeps the index simple
+            on_step = ops.eq(ops.index_expr(exprs.Mod(idx[dim], every), "int64"),
+                             ops.constant(first % every, "int64"))
+            inside = ops.logical_and(inside, on_step)
+            shifted[dim] = exprs.FloorDiv(idx[dim], every) - first // every
+        else:
+            shifted[dim] = idx[dim] - lo
         load_mask = inside if outer is None else ops.logical_and(outer, inside)
         new = ops.to_dtype(src.load(shifted, load_mask), compute)
         return ops.where(inside, new, ops.to_dtype(x.load(list(idx), outer), compute))
 
     return GeneratedValue(size, dtype, device, fn, reads=[x, src])
+
+
+@register_lowering("as_strided_scatter.default")
+def lower_as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
+    """``src`` written through an ``as_strided`` view of a flat buffer, where the view is one
+    dense run of it: functionalization's form of a write through a reshaping view of a fresh
+    buffer (Swin's pooler gradient). Other views of storage are library calls."""
+    out_size, dtype, device = ctx.out_meta()
+    # (the result is a copy of x: a fresh, dense buffer whatever x's strides, for a flat x)
+    offset = 0 if storage_offset is None else _const_int(storage_offset)
+    dims = [_const_int(d) for d in size]
+    steps = [_const_int(st) for st in stride]
+    if len(out_size) != 1 or offset is None or None in dims or None in steps or offset < 0:
+        return fallback(ctx)
+    numel = 1
+    for d, st in zip(reversed(dims), reversed(steps)):
+        if d != 1 and st != numel:
+            return fallback(ctx)  # not one dense run in row-major order
+        numel *= d
+    total = exprs.to_static(out_size[0])
+    if total is None or offset + numel > total:
+        return fallback(ctx)
+    lo, hi = sympy.Integer(offset), sympy.Integer(offset + numel)
+    compute = dtypes.compute_dtype(dtype)
+
+    def fn(idx, outer=None):
+        inside = _in_range(idx[0], lo, hi)
+        at = idx[0] - lo
+        digits, inner = [], 1
+        for d in reversed(dims):  # the position's digits in the view's shape, last dim first
+            digits.append(exprs.modular_indexing(at, inner, d) if d != 1 else sympy.Integer(0))
+            inner *= d
+        load_mask = inside if outer is None else ops.logical_and(outer, inside)
+        new = ops.to_dtype(src.load(list(reversed(digits)), load_mask), compute)
+        return ops.where(inside, new, ops.to_dtype(x.load(list(idx), outer), compute))
+
+    return GeneratedValue(out_size, dtype, device, fn, reads=[x, src])
 
 
 @register_lowering("select_scatter.default")
