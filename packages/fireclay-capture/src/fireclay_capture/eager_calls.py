@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dis
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,7 +178,7 @@ def _exception_entries(code_object: types.CodeType) -> list:
                   key=lambda e: e.start)
 
 
-def _merge(states: dict, at: int, stack: tuple[str, ...]) -> bool:
+def _merge(states: dict, at: int, stack: Sequence[str]) -> bool:
     """Record the stack reaching ``at``; True when ``at`` must be followed (again)."""
     known = states.get(at)
     if known is None:
@@ -264,7 +264,7 @@ def _rewrite(code: Bytecode, plain: set[int], hooks: CallHooks) -> list:
                     kw_names = tuple(dropped.arg)
             out.append(Instr("BUILD_TUPLE", x.arg, location=loc))
             out.append(Instr("LOAD_CONST", kw_names, location=loc))
-            hook = hooks.call
+            hook: Callable[..., Any] = hooks.call
         else:  # CALL_FUNCTION_EX
             if not x.arg & 1:
                 out.append(Instr("LOAD_CONST", None, location=loc))

@@ -27,7 +27,8 @@ from fireclay_loops.config import config
 from fireclay_loops.ir import ComputeNode, LoopProgram
 
 _PRODUCER_VARS_LIMIT = 1 << 14
-_producer_vars_by_store: dict[Any, tuple | None] = {}  # by (store index, variables, sizes)
+_producer_vars_by_store: dict[Any, tuple[tuple[sympy.Symbol, sympy.Expr, sympy.Expr], ...] | None] = {}
+# (by store index, variables and sizes)
 
 
 def _producer_vars(p: ComputeNode) -> list[tuple[sympy.Symbol, sympy.Expr, sympy.Expr]] | None:
@@ -38,10 +39,10 @@ def _producer_vars(p: ComputeNode) -> list[tuple[sympy.Symbol, sympy.Expr, sympy
     if key not in _producer_vars_by_store:  # asked for every node and every inlined load
         if len(_producer_vars_by_store) >= _PRODUCER_VARS_LIMIT:
             _producer_vars_by_store.clear()
-        found = _store_vars(index, p.body.vars, p.body.sizes)
-        _producer_vars_by_store[key] = tuple(found) if found is not None else None
-    found = _producer_vars_by_store[key]
-    return list(found) if found is not None else None
+        made = _store_vars(index, p.body.vars, p.body.sizes)
+        _producer_vars_by_store[key] = tuple(made) if made is not None else None
+    kept = _producer_vars_by_store[key]
+    return list(kept) if kept is not None else None
 
 
 def _store_vars(index: sympy.Expr, vars_: list[sympy.Symbol],
