@@ -78,13 +78,8 @@ def _strides(meta: TensorMeta):
     return tuple(torch.empty(meta.shape, device="meta").stride())
 
 
-@pytest.mark.parametrize("relayout", sorted(RELAYOUTS))
-@pytest.mark.parametrize("cid,fn,make", CASES, ids=[c[0] for c in CASES])
-def test_backward_is_typed_with_the_layouts_it_receives(cid, fn, make, relayout):
-    torch.manual_seed(0)
-    inputs = make()
-    seen: list[Program] = []
-    arrived: list[list[torch.Tensor]] = []
+def _spying_backward(seen: list[Program], arrived: list[list[torch.Tensor]]):
+    """A backward compiler recording each program (``seen``) and the arguments of each call (``arrived``)."""
     backward = _recording_backward(seen)
 
     def spying_backward(program, examples):
@@ -94,6 +89,17 @@ def test_backward_is_typed_with_the_layouts_it_receives(cid, fn, make, relayout)
             arrived.append(list(args))
             return inner(*args)
         return run
+    return spying_backward
+
+
+@pytest.mark.parametrize("relayout", sorted(RELAYOUTS))
+@pytest.mark.parametrize("cid,fn,make", CASES, ids=[c[0] for c in CASES])
+def test_backward_is_typed_with_the_layouts_it_receives(cid, fn, make, relayout):
+    torch.manual_seed(0)
+    inputs = make()
+    seen: list[Program] = []
+    arrived: list[list[torch.Tensor]] = []
+    spying_backward = _spying_backward(seen, arrived)
 
     compiled = compile_program(program_from(fn, clone_inputs(inputs)), clone_inputs(inputs),
                                fw_compiler=_relaying_forward(RELAYOUTS[relayout]), bw_compiler=spying_backward)
@@ -205,15 +211,7 @@ def test_inputs_a_storage_read_does_not_depend_on_take_their_layouts():
 
     seen: list[Program] = []
     arrived: list[list[torch.Tensor]] = []
-    backward = _recording_backward(seen)
-
-    def spying_backward(program, examples):
-        inner = backward(program, examples)
-
-        def run(*args):
-            arrived.append(list(args))
-            return inner(*args)
-        return run
+    spying_backward = _spying_backward(seen, arrived)
 
     inputs = make()
     compiled = compile_program(program_from(_pooled, clone_inputs(inputs)), clone_inputs(inputs),

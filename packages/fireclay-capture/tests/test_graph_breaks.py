@@ -420,12 +420,17 @@ def _caller_whose_cell_changes(x):
 @pytest.mark.parametrize("fn,splits", [(_caller_of_own_cell, True), (_caller_whose_cell_changes, False)],
                          ids=["callee_cell", "caller_cell"])
 def test_break_after_a_callee_wrote_a_cell(fn, splits):
+    # split: the caller's graph, the callee run for real (itself split at its .item()), the rest
+    _check_split_or_fallback(fn, splits)
+
+
+def _check_split_or_fallback(fn, splits):
+    """``fn`` matches eager over three calls, and its root frame splits once (``splits``) or runs eagerly."""
     compiled = capture(fn)
     for _ in range(3):
         x = torch.randn(3)
         torch.testing.assert_close(compiled(x), fn(x))
     root_breaks = sum(e.graph_break is not None for e in compiled.cache.entries)
-    # split: the caller's graph, the callee run for real (itself split at its .item()), the rest
     assert (root_breaks, compiled.stats.fallbacks) == ((1, 0) if splits else (0, 1))
 
 
@@ -497,9 +502,4 @@ def _caller_unpacking_callee_results(x):
                                        (_caller_whose_list_changes, False), (_caller_whose_object_changes, False)],
                          ids=["callee_containers", "callee_loop_state", "caller_list", "caller_object"])
 def test_break_after_a_callee_changed_containers(fn, splits):
-    compiled = capture(fn)
-    for _ in range(3):
-        x = torch.randn(3)
-        torch.testing.assert_close(compiled(x), fn(x))
-    root_breaks = sum(e.graph_break is not None for e in compiled.cache.entries)
-    assert (root_breaks, compiled.stats.fallbacks) == ((1, 0) if splits else (0, 1))
+    _check_split_or_fallback(fn, splits)
