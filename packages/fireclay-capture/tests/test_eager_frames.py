@@ -199,6 +199,23 @@ def test_modules_called_by_an_eager_frame_are_captured_once_each():
     assert compiled.graph_count() == 4 and compiled.stats.fallbacks == 1
 
 
+def test_a_called_module_with_hooks_runs_as_it_is(caplog):
+    # hooks run around forward (FSDP2 gathers parameters in one): the module is called as eager
+    # calls it, its hooks once per call, with no warning of its own; the other blocks are captured
+    model = Stack()
+    calls = []
+    model.blocks[1].register_forward_pre_hook(lambda module, args: calls.append(1))
+    compiled = capture(model)
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(compiled(x), model(x))
+    assert len(calls) == 6  # three compiled calls and three eager ones
+    assert not [r for r in caplog.records if "hooks" in r.getMessage()]
+    blocks = [c for c in compiled.children if c.code.co_qualname == "Block.forward"]
+    assert len(blocks) == 3
+
+
 def test_the_frame_that_gave_up_is_warned_about_once(caplog):
     def once(x, mask=None):
         if torch.compiler.is_compiling():

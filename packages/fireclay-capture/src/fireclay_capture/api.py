@@ -405,6 +405,8 @@ class CapturedFunction(CaptureWrapper):
                 or _is_library(forward.__module__ or "") or suspends(forward.__code__) \
                 or "forward" in vars(module):
             return module  # torch's own layers (an LSTM breaks inside), or a forward set on the instance
+        if _hooks_of(module):
+            return module  # hooks run around forward (FSDP2's gathers): called as it is, as before the break
         captured = self._callees.get(module)
         if captured is None:
             captured = self._callees[module] = self._child(module)
