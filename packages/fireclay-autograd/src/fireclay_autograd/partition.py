@@ -151,7 +151,7 @@ def _ancestors(graph: Graph, roots: list[Value], stop: set[Value] | frozenset = 
 
 
 def _min_cut(graph: Graph, primals: list[Value], tangent_dependent: set[Value], fw_required: set[Value],
-             bw_outputs: list[Value], hints: dict[str, int], returned: set[Value] | frozenset[Value] = frozenset()) -> list[Value]:
+             bw_outputs: list[Value], hints: dict[str, int], returned: set[Value]) -> list[Value]:
     flow = nx.DiGraph()
     primal_set = set(primals)
     bw_needed = _ancestors(graph, bw_outputs)

@@ -76,6 +76,7 @@ class CppKernelGen(KernelEmitter):
         self.accesses: list[sympy.Expr] = []  # index of every memory load and store
         self.bounds_checks: list[CValue] = []  # the ops.check_bounds values (see _scan_indices)
         self.stored: set[str] = set()  # the buffers the kernel writes
+        self._scannable_checks: dict[int, bool] = {}  # by id of the check: see _scannable
         # A pointwise kernel of several loops: values that do not change along the innermost
         # loop (a per-channel scale) are computed once per outer point, before it.
         self.inner_only = not kernel.rsizes and len(kernel.xsizes) > 1 and kernel.kind == "pointwise"
@@ -189,6 +190,12 @@ class CppKernelGen(KernelEmitter):
         """Whether a scan before the loop can compute the index ``check`` checks: not when the
         index is made of a buffer this kernel writes (a loss's targets, shifted and stored in the
         loop that gathers with them): before the loop has run, the scan would read old bytes."""
+        known = self._scannable_checks.get(id(check))
+        if known is None:
+            known = self._scannable_checks[id(check)] = self._made_before_loop(check)
+        return known
+
+    def _made_before_loop(self, check: CValue) -> bool:
         bounds = check.bounds
         assert bounds is not None
         pending = [bounds.value] + ([bounds.live] if bounds.live is not None else [])

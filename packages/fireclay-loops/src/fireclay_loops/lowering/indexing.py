@@ -22,13 +22,20 @@ def _indirect(ctx, index_tensor: TensorValue, idx: list, size: Any, mask: Any, n
     off), so a bad one raises as in eager instead of reading outside the tensor. ``site``: from
     ``ctx.check_site`` while the indexing op itself is lowered (its loads run later, inside the
     consumer's lowering)."""
-    v = ops.to_dtype(index_tensor.load(idx, mask), "int64")
-    if ctx.checks_on(index_tensor.device):
-        v = ops.check_bounds(v, size, negative, site, mask)
+    v = _checked_index(ctx, index_tensor, idx, size, mask, negative, site)
     if negative:
         v = ops.where(ops.lt(v, ops.constant(0, "int64")),
                       ops.add(v, ops.to_dtype(ops.index_expr(size, "int64"), "int64")), v)
     return ops.indirect_indexing(v, size)
+
+
+def _checked_index(ctx, index_tensor: TensorValue, idx: list, size: Any, mask: Any, negative: bool, site: str):
+    """``index_tensor[idx]`` as an int64 value, checked against a dimension of ``size`` (from
+    ``-size`` where ``negative``) unless ``config.kernel_checks`` is off."""
+    v = ops.to_dtype(index_tensor.load(idx, mask), "int64")
+    if ctx.checks_on(index_tensor.device):
+        v = ops.check_bounds(v, size, negative, site, mask)
+    return v
 
 
 # Eager's gather, index_select and embedding refuse negative indices; advanced indexing
@@ -112,13 +119,10 @@ def lower_one_hot(ctx, x, num_classes=-1):
         return fallback(ctx)  # the count of classes read from the data (eager: the largest class + 1)
     classes = size[-1]
     site = ctx.check_site("the classes of one_hot")
-    checked = ctx.checks_on(x.device)
 
     def fn(idx, mask=None):
         # eager refuses a class outside [0, num_classes); unchecked, it would give a row of zeros
-        cls = ops.to_dtype(x.load(list(idx[:-1]), mask), "int64")
-        if checked:
-            cls = ops.check_bounds(cls, classes, False, site, mask)
+        cls = _checked_index(ctx, x, list(idx[:-1]), classes, mask, False, site)
         here = ops.eq(cls, ops.to_dtype(ops.index_expr(idx[-1], "int64"), "int64"))
         return ops.to_dtype(here, dtype)
 
@@ -310,15 +314,13 @@ def _lower_scatter(ctx, x, dim, index, new_value):
             exprs.equal(index.size[d], size[d]) for d in range(len(size)) if d != dim):
         return fallback(ctx)
     site = ctx.check_site(f"dimension {dim} of scatter")
-    checked = ctx.checks_on(index.device)
     compute = dtypes.compute_dtype(dtype)
 
     def fn(idx, outer=None):
         line = list(idx)
         line[dim] = sympy.Integer(0)
-        target = ops.to_dtype(index.load(line, outer), "int64")
-        if checked:  # eager refuses an index outside [0, size), negative ones too
-            target = ops.check_bounds(target, size[dim], False, site, outer)
+        # eager refuses an index outside [0, size), negative ones too
+        target = _checked_index(ctx, index, line, size[dim], outer, False, site)
         here = ops.eq(target, ops.to_dtype(ops.index_expr(idx[dim], "int64"), "int64"))
         load_mask = here if outer is None else ops.logical_and(outer, here)
         return ops.where(here, ops.to_dtype(new_value(line, load_mask), compute),
