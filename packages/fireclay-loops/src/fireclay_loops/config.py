@@ -28,6 +28,8 @@ with its row stride rounded up (:func:`fireclay_loops.layout.padded_strides`): c
 GEMMs only on operands whose rows start 16-byte aligned, and falls back to far slower ``align1``
 kernels otherwise. Inputs and the outputs a caller receives keep eager's strides. On the CPU the
 library GEMMs take any row stride at the same speed (measured in docs/status.md), so it is off there.
+``pad_matmul`` pads the reduction length of such GEMMs with zeros for the same reason
+(:mod:`fireclay_loops.lowering.matmul`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ class Config(Settings, section="loops"):
     pad_strides: tuple[str, ...] = setting(("cuda",), "device types whose intermediate buffers with long rows get "
                                            "row strides padded to 128 bytes (aligned library operands)")
     pad_min_stride: int = setting(1024, "shortest stride, in elements, that pad_strides pads")
+    pad_matmul: tuple[str, ...] = setting(("cuda",), "device types whose library matmuls with an unaligned "
+                                          "reduction length of at least pad_min_stride get it zero-padded")
     kernel_checks: bool = setting(True, "check in generated kernels what eager raises on: indices read from "
                                         "tensors, integer division by zero on the CPU")
 

@@ -19,7 +19,7 @@ from fireclay_loops.lowering.context import LoweringContext, fallback
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import BufferValue, TensorValue
 
-# (addmm: fireclay_loops.lowering.matmul)
+# (mm and addmm are lowered in fireclay_loops.lowering.matmul)
 EXTERN_OPS: tuple[str, ...] = (
     "mm.default", "bmm.default", "baddbmm.default", "addmv.default", "mv.default",
     "linear.default",
@@ -51,7 +51,7 @@ def lower_extern(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
 
 
 for _target in EXTERN_OPS:
-    if _target not in FUSED_ATTENTION_OPS + FUSED_ATTENTION_BACKWARD_OPS:
+    if _target not in FUSED_ATTENTION_OPS + FUSED_ATTENTION_BACKWARD_OPS + ("mm.default",):
         register_lowering(_target)(lower_extern)
 
 

@@ -1,4 +1,12 @@
-"""``addmm``: a library matmul, with the bias added where it is cheapest.
+"""``mm`` and ``addmm``: library matmuls, with aligned operands and the bias added where it is
+cheapest.
+
+``mm(a, b)`` whose reduction length K is not a multiple of 16 bytes (a language model's
+vocabulary, 50257, in the backward of its output projection) makes cuBLAS run its ``align1``
+GEMMs, several times slower than the aligned ones. Where ``config.pad_matmul`` names the device
+type, the program passes both operands zero-padded along K to a multiple of 16 bytes instead, as
+Inductor's ``pad_mm`` does: the zeros add nothing to any dot product, the copies cost two passes
+over the operands, and the GEMM runs its fast kernels.
 
 ``addmm(bias, x, w)`` adds a broadcast bias to ``x @ w``. As one library call the bias is the
 library's epilogue; on CUDA, cuBLAS then often picks a slower GEMM than for the plain product
@@ -12,13 +20,25 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from fireclay_ir import iter_values
+import sympy
+
+from fireclay_ir import Value, iter_values
+from fireclay_loops import dtypes, exprs
 from fireclay_loops.config import config
+from fireclay_loops.dtypes import ITEMSIZE
+from fireclay_loops.lowering import library_layouts
 from fireclay_loops.lowering.context import LoweringContext, fallback
 from fireclay_loops.lowering.pointwise import lower_add
 from fireclay_loops.lowering.registry import register_lowering
-from fireclay_loops.lowering.values import TensorValue
+from fireclay_loops.lowering.values import BufferValue, TensorValue
 from fireclay_loops.lowering.views import PURE_VIEW_TARGETS
+from fireclay_loops.ops import ops
+
+# cuBLAS' fast GEMMs want every row of every operand to start 16-byte aligned.
+GEMM_ALIGNMENT_BYTES = 16
+# A padded GEMM copies both operands: worth it when the product is large on both sides (the
+# lm_head's backward is 8192 x 50257 x 768); a thin one runs about as fast unaligned.
+MIN_PADDED_SIDE = 256
 
 # A bias added by our kernel for a view a library call reads (q, k and v permuted into attention)
 # would be a pass of its own, where the library's epilogue costs nothing: readers are looked for
@@ -70,11 +90,66 @@ class _Call(NamedTuple):
     kwargs: dict[str, Any]
 
 
+def padded_reduction_length(ctx: LoweringContext, a: TensorValue, b: TensorValue) -> int | None:
+    """K rounded up to a multiple of :data:`GEMM_ALIGNMENT_BYTES`, for ``a @ b`` of static sizes
+    whose K is unaligned, at least ``config.pad_min_stride`` long, on a device type in
+    ``config.pad_matmul``, with both other sides at least :data:`MIN_PADDED_SIDE`; else None."""
+    _, dtype, device = ctx.out_meta()
+    if str(device).split(":")[0] not in config.pad_matmul or a.rank != 2 or b.rank != 2:
+        return None
+    sizes = [exprs.to_static(n) for n in (a.size[0], a.size[1], b.size[1])]
+    if any(n is None for n in sizes) or dtype not in ITEMSIZE:
+        return None
+    m, k, n = (int(x) for x in sizes)  # type: ignore[arg-type]
+    align = max(1, GEMM_ALIGNMENT_BYTES // ITEMSIZE[dtype])
+    if k % align == 0 or k < config.pad_min_stride or min(m, n) < MIN_PADDED_SIDE:
+        return None
+    return -(-k // align) * align
+
+
+def zero_padded(ctx: LoweringContext, x: TensorValue, dim: int, extent: int) -> BufferValue:
+    """``x`` stored with dimension ``dim`` grown to ``extent`` by zeros, in ``x``'s dimension
+    order when ``x`` is a dense view of a buffer (a transposed weight stays transposed)."""
+    size = list(x.size)
+    size[dim] = sympy.Integer(extent)
+    compute = dtypes.compute_dtype(x.dtype)
+    stride = None
+    if isinstance(x, BufferValue):
+        hints = [exprs.to_static(s) for s in (*x.size, *x.stride)]
+        if all(h is not None for h in hints):
+            order = library_layouts.dense_order([int(h) for h in hints[:x.rank]],  # type: ignore[arg-type]
+                                                [int(h) for h in hints[x.rank:]])  # type: ignore[arg-type]
+            stride = None if order is None else library_layouts.strides_in_order(size, order)
+
+    def inner(index: list[Any]) -> Any:
+        inside = ops.lt(ops.index_expr(index[dim], "int64"), ops.index_expr(x.size[dim], "int64"))
+        return ops.where(inside, ops.to_dtype(x.load(index, inside), compute), ops.constant(0, compute))
+
+    return ctx.pointwise(size, x.dtype, x.device, inner, stride=stride or exprs.contiguous_strides(size))
+
+
+def library_mm(ctx: LoweringContext, a: TensorValue, b: TensorValue, call: Any = None) -> Any:
+    """The library's ``mm`` of ``a`` and ``b`` (the current node, or ``call``), with K
+    zero-padded where :func:`padded_reduction_length` says so."""
+    k = padded_reduction_length(ctx, a, b)
+    if k is None:
+        return fallback(ctx, call, kind="extern")
+    node = call or ctx.node
+    replace: dict[Value, TensorValue] = {node.args[0]: zero_padded(ctx, a, 1, k),
+                                         node.args[1]: zero_padded(ctx, b, 0, k)}
+    return fallback(ctx, call, kind="extern", replace=replace)
+
+
+@register_lowering("mm.default")
+def lower_mm(ctx: LoweringContext, a: TensorValue, b: TensorValue) -> Any:
+    return library_mm(ctx, a, b)
+
+
 @register_lowering("addmm.default")
 def lower_addmm(ctx: LoweringContext, bias: TensorValue, x: TensorValue, w: TensorValue, beta: Any = 1,
                 alpha: Any = 1) -> Any:
     if beta != 1 or alpha != 1 or not unfuse_bias(ctx, bias):
         return fallback(ctx, kind="extern")
     node = ctx.node
-    (product,) = fallback(ctx, _Call("aten::mm.default", (node.args[1], node.args[2]), {}), kind="extern")
+    (product,) = library_mm(ctx, x, w, _Call("aten::mm.default", (node.args[1], node.args[2]), {}))
     return lower_add(ctx, product, bias)
