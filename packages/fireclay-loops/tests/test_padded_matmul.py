@@ -1,7 +1,8 @@
-"""Library matmuls whose reduction length K is unaligned get both operands zero-padded along K
-(fireclay_loops.lowering.matmul; ``config.pad_matmul``, forced on for the CPU here): every case
-runs in the reference executor against eager on fresh inputs, and the library call is handed
-operands of the padded length exactly where the rule says so."""
+"""Library matmuls whose reduction length K or row length N is unaligned get their operands
+zero-padded along it (fireclay_loops.lowering.matmul; ``config.pad_matmul``, forced on for the CPU
+here): every case runs in the reference executor against eager on fresh inputs, results have
+eager's strides, and the library call is handed operands of the padded extents exactly where the
+rule says so."""
 
 import pytest
 
@@ -37,7 +38,24 @@ def addmm_bias(b, k, g, dtype):  # addmm whose bias our kernel adds after the pa
     return (b.call("relu.default", b.call("addmm.default", bias, x, w)),)
 
 
+def logits_returned(b, k, g, dtype):  # the lm_head's forward: [M, 256] @ w.t(), N = k, returned
+    h, w = b.input(g((M, 256), dtype)), b.input(g((k, 256), dtype))
+    return (b.call("mm.default", h, b.call("t.default", w)),)
+
+
+def logits_read_by_kernels(b, k, g, dtype):  # N = k, read only by a softmax (padded rows read as a view)
+    h, w = b.input(g((M, 256), dtype)), b.input(g((k, 256), dtype))
+    logits = b.call("mm.default", h, b.call("t.default", w))
+    return (b.call("_softmax.default", logits, 1, False),)
+
+
+def both_padded(b, k, g, dtype):  # K and N both unaligned
+    x, w = b.input(g((M, k), dtype)), b.input(g((k, k), dtype))
+    return (b.call("mm.default", x, w),)
+
+
 CASES = [plain, transposed_weight, computed_operand, addmm_bias]
+WIDE = [logits_returned, logits_read_by_kernels, both_padded]
 # (K, dtype, padded K or None): float32 aligns to 4 elements, 16-bit types to 8
 SHAPES = [(1031, torch.float32, 1032), (1031, torch.bfloat16, 1032), (1029, torch.float16, 1032),
           (1028, torch.float32, None), (1024, torch.bfloat16, None), (1000, torch.float32, None)]
@@ -50,10 +68,22 @@ def _build(case, k, dtype, seed=0):
     return b, program
 
 
-def _mm_reductions(scheduled):
-    """The K each library mm is handed (its first operand's last extent)."""
-    return sorted(int(call.tensor_args()[0].size[-1]) for call in scheduled.extern_calls
+def _mm_reductions(scheduled, position=0):
+    """The K each library mm is handed (its first operand's last extent; ``position`` 1: the N,
+    its second operand's last extent)."""
+    return sorted(int(call.tensor_args()[position].size[-1]) for call in scheduled.extern_calls
                   if "mm" in call.op)
+
+
+def _check_against_eager(b, scheduled, dtype):
+    for seed in (1, 2):
+        gen = torch.Generator().manual_seed(seed)
+        inputs = [torch.randn(h.meta.shape, generator=gen).to(h.meta.dtype) for h in b.inputs]
+        got, want = run(scheduled, *inputs), b.eager(*inputs)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape and g.stride() == w.stride()
+            tol = 2e-3 if dtype == torch.float32 else 0.5
+            torch.testing.assert_close(g, w, atol=tol, rtol=2e-2)
 
 
 @pytest.mark.parametrize("k,dtype,padded", SHAPES, ids=lambda v: str(v))
@@ -66,14 +96,17 @@ def test_padded_matmuls_match_eager(case, k, dtype, padded):
     assert (padded if padded is not None else k) in ks, (ks, str(scheduled))
     if padded is not None:
         assert k not in ks or case is computed_operand, ks
-    for seed in (1, 2):
-        gen = torch.Generator().manual_seed(seed)
-        inputs = [torch.randn(h.meta.shape, generator=gen).to(h.meta.dtype) for h in b.inputs]
-        got, want = run(scheduled, *inputs), b.eager(*inputs)
-        for g, w in zip(got, want):
-            assert g.shape == w.shape and g.stride() == w.stride()
-            tol = 2e-3 if dtype == torch.float32 else 0.5
-            torch.testing.assert_close(g, w, atol=tol, rtol=2e-2)
+    _check_against_eager(b, scheduled, dtype)
+
+
+@pytest.mark.parametrize("k,dtype,padded", SHAPES[:4], ids=lambda v: str(v))
+@pytest.mark.parametrize("case", WIDE, ids=lambda c: c.__name__)
+def test_padded_rows_of_products_match_eager(case, k, dtype, padded):
+    b, program = _build(case, k, dtype)
+    with loops_config.patch(pad_matmul=("cpu",)):
+        scheduled = schedule(lower(program))
+    assert _mm_reductions(scheduled, position=1) == [padded if padded is not None else k], str(scheduled)
+    _check_against_eager(b, scheduled, dtype)
 
 
 @pytest.mark.parametrize("sides", [(M, 64), (64, N)])

@@ -89,11 +89,14 @@ class LoweringContext:
         padded = layout.padded_strides(size, stride, ITEMSIZE[dtype], config.pad_min_stride)
         if padded is None:
             return None
+        return None if self.needs_eager_layout() else padded
+
+    def needs_eager_layout(self) -> bool:
+        """Whether some result of the current node must be stored in eager's layout: it is
+        returned to the caller (through views) or read by ``as_strided``."""
         if self._eager_layout_values is None:
             self._eager_layout_values = _values_needing_eager_layout(self.graph, self._returned_values())
-        if any(o in self._eager_layout_values for o in self.node.outputs):
-            return None
-        return padded
+        return any(o in self._eager_layout_values for o in self.node.outputs)
 
     def layout_strides(self, size: Sequence[Any]) -> list[sympy.Expr]:
         """Strides of a new buffer of ``size`` computed for the current node: channels-last when
@@ -261,14 +264,19 @@ class LoweringContext:
             v = self.pointwise(v.size, v.dtype, v.device, v.load)
         return TensorArg(v.buffer.name, tuple(v.size), tuple(v.stride), v.offset)
 
-    def extern(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], kind: str = "extern") -> tuple[BufferValue | None, ...]:
+    def extern(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], kind: str = "extern",
+               sizes: Sequence[Sequence[Any]] | None = None) -> tuple[BufferValue | None, ...]:
         """An extern (or fallback) call writing the current node's tensor outputs. An output
         typed ``ScalarType("opaque")`` is a result the op leaves undefined (None): it gets no
         buffer, and its value in the lowering is None, so a use of it fails loudly. So is a
         scalar result no node reads (fused attention's sequence lengths, which the traced graph
         holds as constants where it needs them). A tensor result of a several-result call that
         nothing reads gets no buffer either: fused attention leaves its log-sum-exp undefined
-        when no backward asks for it, though its metadata describes one."""
+        when no backward asks for it, though its metadata describes one.
+
+        ``sizes``: the sizes of the call's results when they are not the node's (the call
+        computes something larger that the node's results view: a matmul over padded
+        operands); such results are intermediate buffers, contiguous as the library writes them."""
         outs: list[Buffer] = []
         positions: list[int] = []
         results: list[BufferValue | None] = []
@@ -276,7 +284,7 @@ class LoweringContext:
         graph_outputs = set(_values_in(self.node.graph.outputs))
         returned = self._returned_values()
         # the layouts the library returns for these operands' layouts (library_layouts)
-        library = library_layouts.result_strides(
+        library = [None] * len(self.node.outputs) if sizes is not None else library_layouts.result_strides(
             op, args, kwargs, self.out.buffers, {n: h for n, h in self.out.symbols.items() if h is not None},
             [[exprs.as_expr(d) for d in o.meta.shape] if o.is_tensor else None for o in self.node.outputs])
         for k, o in enumerate(self.node.outputs):
@@ -291,9 +299,11 @@ class LoweringContext:
                 raise LoweringError(f"{op} returns a non-tensor value %{o.name}; it cannot be an extern call",
                                     self.node)
             t = o.meta
-            size = [exprs.as_expr(d) for d in t.shape]
+            size = [exprs.as_expr(d) for d in (t.shape if sizes is None else sizes[k])]
             stride = [exprs.as_expr(s) for s in t.strides] if t.strides is not None else exprs.contiguous_strides(size)
             written = library[k]
+            if sizes is not None:
+                stride = exprs.contiguous_strides(size)
             if o not in returned and written is not None:
                 # what the library writes for these operands: its readers take it as it is
                 # (a program output keeps eager's strides: the metadata's)
@@ -391,10 +401,12 @@ def convert_arg(ctx: LoweringContext, a: Any) -> Any:
 
 
 def fallback(ctx: LoweringContext, node: Any = None, kind: str = "fallback",
-             replace: dict[Value, TensorValue] | None = None) -> tuple[BufferValue | None, ...]:
+             replace: dict[Value, TensorValue] | None = None,
+             sizes: Sequence[Sequence[Any]] | None = None) -> tuple[BufferValue | None, ...]:
     """Call the aten op as is. Tensor arguments go by reference (strided views of buffers);
     every other argument keeps its fireclay-ir form (DType, Device, SymExpr...). ``replace``
-    passes other values (with the same contents) for some arguments: a copy in another layout."""
+    passes other values for some arguments: a copy in another layout, or a padded one, whose
+    results then have other ``sizes`` (see :meth:`LoweringContext.extern`)."""
     node = node or ctx.node
     replace = replace or {}
 
@@ -414,4 +426,4 @@ def fallback(ctx: LoweringContext, node: Any = None, kind: str = "fallback",
             return type(a)(arg(x) for x in a)
         return a
 
-    return ctx.extern(node.op, arg(node.args), {k: arg(v) for k, v in node.kwargs.items()}, kind=kind)
+    return ctx.extern(node.op, arg(node.args), {k: arg(v) for k, v in node.kwargs.items()}, kind=kind, sizes=sizes)

@@ -3,10 +3,12 @@ cheapest.
 
 ``mm(a, b)`` whose reduction length K is not a multiple of 16 bytes (a language model's
 vocabulary, 50257, in the backward of its output projection) makes cuBLAS run its ``align1``
-GEMMs, several times slower than the aligned ones. Where ``config.pad_matmul`` names the device
-type, the program passes both operands zero-padded along K to a multiple of 16 bytes instead, as
-Inductor's ``pad_mm`` does: the zeros add nothing to any dot product, the copies cost two passes
-over the operands, and the GEMM runs its fast kernels.
+GEMMs, several times slower than the aligned ones; so does an unaligned N, the row length of the
+product (the same projection's forward writes logits of 50257 per row). Where
+``config.pad_matmul`` names the device type, the program passes operands zero-padded along K and
+N to a multiple of 16 bytes instead, as Inductor's ``pad_mm`` does: the zeros add nothing to any
+dot product, the product's extra columns are never read, the copies cost a pass over the
+operands, and the GEMM runs its fast kernels (what it gains is measured in docs/status.md).
 
 ``addmm(bias, x, w)`` adds a broadcast bias to ``x @ w``. As one library call the bias is the
 library's epilogue; on CUDA, cuBLAS then often picks a slower GEMM than for the plain product
@@ -90,28 +92,41 @@ class _Call(NamedTuple):
     kwargs: dict[str, Any]
 
 
-def padded_reduction_length(ctx: LoweringContext, a: TensorValue, b: TensorValue) -> int | None:
-    """K rounded up to a multiple of :data:`GEMM_ALIGNMENT_BYTES`, for ``a @ b`` of static sizes
-    whose K is unaligned, at least ``config.pad_min_stride`` long, on a device type in
-    ``config.pad_matmul``, with both other sides at least :data:`MIN_PADDED_SIDE`; else None."""
+def _aligned_extent(ctx: LoweringContext, n: int) -> int:
+    """``n`` elements of the current node's dtype rounded up to :data:`GEMM_ALIGNMENT_BYTES`."""
+    align = max(1, GEMM_ALIGNMENT_BYTES // ITEMSIZE[ctx.out_meta()[1]])
+    return -(-n // align) * align
+
+
+def padded_extents(ctx: LoweringContext, a: TensorValue, b: TensorValue) -> tuple[int | None, int | None]:
+    """``(K, N)`` of ``a @ b`` rounded up to :data:`GEMM_ALIGNMENT_BYTES` where they are
+    unaligned and at least ``config.pad_min_stride`` long, on a device type in
+    ``config.pad_matmul``, with both other sides at least :data:`MIN_PADDED_SIDE` (None for each
+    extent kept as it is). Static sizes only."""
     _, dtype, device = ctx.out_meta()
-    if str(device).split(":")[0] not in config.pad_matmul or a.rank != 2 or b.rank != 2:
-        return None
+    if str(device).split(":")[0] not in config.pad_matmul or a.rank != 2 or b.rank != 2 or dtype not in ITEMSIZE:
+        return None, None
     sizes = [exprs.to_static(n) for n in (a.size[0], a.size[1], b.size[1])]
-    if any(n is None for n in sizes) or dtype not in ITEMSIZE:
-        return None
+    if any(n is None for n in sizes):
+        return None, None
     m, k, n = (int(x) for x in sizes)  # type: ignore[arg-type]
-    align = max(1, GEMM_ALIGNMENT_BYTES // ITEMSIZE[dtype])
-    if k % align == 0 or k < config.pad_min_stride or min(m, n) < MIN_PADDED_SIDE:
-        return None
-    return -(-k // align) * align
+
+    def padded(extent: int, *others: int) -> int | None:
+        wide = _aligned_extent(ctx, extent)
+        if wide == extent or extent < config.pad_min_stride or min(others) < MIN_PADDED_SIDE:
+            return None
+        return wide
+
+    return padded(k, m, n), padded(n, m, k)
 
 
-def zero_padded(ctx: LoweringContext, x: TensorValue, dim: int, extent: int) -> BufferValue:
-    """``x`` stored with dimension ``dim`` grown to ``extent`` by zeros, in ``x``'s dimension
-    order when ``x`` is a dense view of a buffer (a transposed weight stays transposed)."""
+def zero_padded(ctx: LoweringContext, x: TensorValue, extents: dict[int, int]) -> BufferValue:
+    """``x`` stored with each dimension ``d`` of ``extents`` grown to ``extents[d]`` by zeros, in
+    ``x``'s dimension order when ``x`` is a dense view of a buffer (a transposed weight stays
+    transposed)."""
     size = list(x.size)
-    size[dim] = sympy.Integer(extent)
+    for d, extent in extents.items():
+        size[d] = sympy.Integer(extent)
     compute = dtypes.compute_dtype(x.dtype)
     stride = None
     if isinstance(x, BufferValue):
@@ -122,22 +137,37 @@ def zero_padded(ctx: LoweringContext, x: TensorValue, dim: int, extent: int) -> 
             stride = None if order is None else library_layouts.strides_in_order(size, order)
 
     def inner(index: list[Any]) -> Any:
-        inside = ops.lt(ops.index_expr(index[dim], "int64"), ops.index_expr(x.size[dim], "int64"))
+        inside = None
+        for d in extents:
+            here = ops.lt(ops.index_expr(index[d], "int64"), ops.index_expr(x.size[d], "int64"))
+            inside = here if inside is None else ops.logical_and(inside, here)
         return ops.where(inside, ops.to_dtype(x.load(index, inside), compute), ops.constant(0, compute))
 
     return ctx.pointwise(size, x.dtype, x.device, inner, stride=stride or exprs.contiguous_strides(size))
 
 
-def library_mm(ctx: LoweringContext, a: TensorValue, b: TensorValue, call: Any = None) -> Any:
-    """The library's ``mm`` of ``a`` and ``b`` (the current node, or ``call``), with K
-    zero-padded where :func:`padded_reduction_length` says so."""
-    k = padded_reduction_length(ctx, a, b)
-    if k is None:
+def library_mm(ctx: LoweringContext, a: TensorValue, b: TensorValue, call: Any = None) -> tuple[TensorValue, ...]:
+    """The library's ``mm`` of ``a`` and ``b`` (the current node, or ``call``), with K and N
+    zero-padded where :func:`padded_extents` says so. A padded N gives a wider product whose
+    first N columns are the result: a strided view of it, copied into eager's layout where the
+    result must have it (returned to the caller)."""
+    k, n = padded_extents(ctx, a, b)
+    if k is None and n is None:
         return fallback(ctx, call, kind="extern")
     node = call or ctx.node
-    replace: dict[Value, TensorValue] = {node.args[0]: zero_padded(ctx, a, 1, k),
-                                         node.args[1]: zero_padded(ctx, b, 0, k)}
-    return fallback(ctx, call, kind="extern", replace=replace)
+    if k is not None:
+        a = zero_padded(ctx, a, {1: k})
+    b_extents = {d: e for d, e in ((0, k), (1, n)) if e is not None}
+    replace: dict[Value, TensorValue] = {node.args[0]: a, node.args[1]: zero_padded(ctx, b, b_extents)}
+    if n is None:
+        return fallback(ctx, call, kind="extern", replace=replace)
+    size, dtype, device = ctx.out_meta()
+    (wide,) = fallback(ctx, call, kind="extern", replace=replace, sizes=[[size[0], n]])
+    assert wide is not None
+    result: TensorValue = BufferValue(wide.buffer, size, wide.stride)
+    if call is None and ctx.needs_eager_layout():
+        result = ctx.pointwise(size, dtype, device, result.load, stride=exprs.contiguous_strides(size))
+    return (result,)
 
 
 @register_lowering("mm.default")
