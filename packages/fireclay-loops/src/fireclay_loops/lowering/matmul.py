@@ -146,7 +146,7 @@ def zero_padded(ctx: LoweringContext, x: TensorValue, extents: dict[int, int]) -
     return ctx.pointwise(size, x.dtype, x.device, inner, stride=stride or exprs.contiguous_strides(size))
 
 
-def library_mm(ctx: LoweringContext, a: TensorValue, b: TensorValue, call: Any = None) -> tuple[TensorValue, ...]:
+def library_mm(ctx: LoweringContext, a: TensorValue, b: TensorValue, call: Any = None) -> tuple[TensorValue | None, ...]:
     """The library's ``mm`` of ``a`` and ``b`` (the current node, or ``call``), with K and N
     zero-padded where :func:`padded_extents` says so. A padded N gives a wider product whose
     first N columns are the result: a strided view of it, copied into eager's layout where the
