@@ -68,3 +68,42 @@ def test_padding_is_off_by_default_on_the_cpu():
 def test_padded_strides_rule(size, itemsize, min_stride, want):
     got = layout.padded_strides(size, [*(layout.exprs.contiguous_strides(size))], itemsize, min_stride)
     assert (None if got is None else [int(s) for s in got]) == want
+
+
+# Attention scores of windows (Swin: [windows, heads, 49, 49]): with the threshold between the
+# row length and the plane size, only the planes are padded (49 * 49 = 2401 -> 2432 float32
+# elements), so the plane stride is no multiple of the row stride (49). A consumer that cannot
+# share the producer's kernel (a flip, a transpose, a broadcast mask added through a view)
+# recomputes the producer at positions recovered from the flat index it loads.
+def _scores(b, x):
+    return b.call("mul.Tensor", b.call("sub.Tensor", x, 0.25), 0.125)
+
+
+def _flipped(b, x, mask):
+    return (b.call("flip.default", _scores(b, x), [3]),)
+
+
+def _transposed(b, x, mask):
+    return (b.call("clone.default", b.call("transpose.int", _scores(b, x), 2, 3)),)
+
+
+def _masked_softmax(b, x, mask):  # the shifted windows' mask, added through a view of the windows
+    s = b.call("view.default", _scores(b, x), [2, 2, 3, 7, 7])
+    s = b.call("add.Tensor", s, b.call("unsqueeze.default", mask, 1))
+    return (b.call("_softmax.default", b.call("view.default", s, [4, 3, 7, 7]), -1, False),)
+
+
+@pytest.mark.parametrize("consumer", [_flipped, _transposed, _masked_softmax], ids=lambda f: f.__name__[1:])
+def test_consumers_of_planes_padded_past_unpadded_rows_match_eager(consumer):
+    gen = torch.Generator().manual_seed(0)
+    b = programs.AtenBuilder()
+    x, mask = b.input(torch.randn(4, 3, 7, 7, generator=gen)), b.input(torch.randn(2, 7, 7, generator=gen))
+    program = b.output(*consumer(b, x, mask))
+    with programs.padding_on(min_stride=40):
+        scheduled = schedule(lower(program))
+    strides = [[int(s) for s in buf.stride] for buf in programs.padded_buffers(scheduled)]
+    assert [192, 64, 7, 1] in strides or not strides, strides
+    for seed in (1, 2):
+        inputs = programs.fresh_inputs(b, seed)
+        for got, want in zip(run(scheduled, *inputs), b.eager(*inputs)):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -58,17 +58,30 @@ def _store_vars(index: sympy.Expr, vars_: list[sympy.Symbol],
     return out if sympy.expand(rest) == 0 else None
 
 
-def _digit_base(v: sympy.Symbol, stride: sympy.Expr, size: sympy.Expr,
-                producer_vars: Sequence[tuple[sympy.Symbol, sympy.Expr, sympy.Expr]]) -> sympy.Expr:
-    """What a producer variable's index is taken modulo when recovered from a flat index: the
-    next larger stride over its own, where that divides (rows padded past their size,
-    :func:`fireclay_loops.layout.padded_strides`: ``32*x0 + x1`` over ``x1 < 7`` gives ``x1 =
-    index % 32``), else its size (the contiguous case, where the two are equal)."""
+def _recovered(index: Any, stride: sympy.Expr, size: sympy.Expr,
+               producer_vars: Sequence[tuple[sympy.Symbol, sympy.Expr, sympy.Expr]]) -> sympy.Expr:
+    """The producer variable of ``stride`` recovered from the flat ``index`` of a load.
+
+    In a contiguous store (each stride a multiple of every smaller one) that is ``(index //
+    stride) % (nearest // stride)``, with ``nearest`` the next larger stride (``stride * size``,
+    or more for rows padded past their size: ``32*x0 + x1`` over ``x1 < 7`` gives ``x1 = index %
+    32``). Rows padded by :func:`fireclay_loops.layout.padded_strides` can break that chain: in
+    ``192*x0 + 64*x1 + 7*x2 + x3`` (planes of 7 x 7 padded to 64) 64 is no multiple of 7, and
+    ``index % 7`` is not ``x3``. Each part below a stride is smaller than that stride, though, so
+    taking the index modulo every larger stride, outermost first, leaves this variable's part
+    and the smaller ones: ``x3 = ((index % 192) % 64) % 7``, ``x2 = ((index % 192) % 64) // 7``."""
     st = exprs.to_static(stride)
-    outer = [o for _, s, _ in producer_vars if (o := exprs.to_static(s)) is not None and st is not None and o > st]
-    if st is None or not outer or min(outer) % st:
-        return size
-    return sympy.Integer(min(outer) // st)
+    outer = sorted({o for _, s, _ in producer_vars if (o := exprs.to_static(s)) is not None and st is not None
+                    and o > st}, reverse=True)
+    if st is None or not outer:
+        return exprs.modular_indexing(index, stride, size)
+    nearest = outer[-1]
+    if nearest % st == 0 and all(o % nearest == 0 for o in outer):
+        return exprs.modular_indexing(index, stride, sympy.Integer(nearest // st))
+    rest = exprs.as_expr(index)
+    for o in outer:
+        rest = exprs.Mod(rest, sympy.Integer(o))
+    return exprs.FloorDiv(rest, exprs.as_expr(stride))
 
 
 class _Inliner:
@@ -100,8 +113,7 @@ class _Inliner:
         subs: dict[Any, Any] = {}
         producer_vars = _producer_vars(self.producer) or []
         for v, stride, size in producer_vars:
-            subs[v] = exprs.simplify(exprs.modular_indexing(index, stride, _digit_base(v, stride, size, producer_vars)),
-                                     self.recorder.var_sizes)
+            subs[v] = exprs.simplify(_recovered(index, stride, size, producer_vars), self.recorder.var_sizes)
         if mask is not None and any(e.atoms(exprs.FloorDiv, exprs.Mod) for e in subs.values()):
             split = _split_under_mask(index, producer_vars, _mask_bounds(self.recorder.body, mask),
                                       self.recorder.var_sizes)
