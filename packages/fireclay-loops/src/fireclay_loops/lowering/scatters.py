@@ -99,7 +99,7 @@ def lower_index_put(ctx, x, indices, values, accumulate=False):
 @register_lowering("index_add.default")
 def lower_index_add(ctx, x, dim, index, source, alpha=1):
     """``x`` with ``alpha * source[..., i, ...]`` added at ``index[i]`` along ``dim``."""
-    if not x.rank or _sum_dtype(x.dtype) is None or not _integer_indices([index]) or (
+    if not x.rank or source.rank != x.rank or _sum_dtype(x.dtype) is None or not _integer_indices([index]) or (
             isinstance(alpha, sympy.Basic) and not isinstance(alpha, sympy.Number)):
         return fallback(ctx)
     dim = dim % x.rank
@@ -121,7 +121,7 @@ def lower_index_add(ctx, x, dim, index, source, alpha=1):
 def lower_scatter_add(ctx, x, dim, index, src):
     """``x`` with ``src[p]`` added at ``p`` with ``index[p]`` in place of its ``dim``-th
     coordinate, for every point ``p`` of ``index``."""
-    if not x.rank or _sum_dtype(x.dtype) is None or not _integer_indices([index]):
+    if not x.rank or index.rank != x.rank or _sum_dtype(x.dtype) is None or not _integer_indices([index]):
         return fallback(ctx)
     dim = dim % x.rank
     site = ctx.check_site(f"dimension {dim} of scatter_add")
