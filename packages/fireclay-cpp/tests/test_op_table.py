@@ -42,7 +42,7 @@ MOVEMENT = {"view", "reshape", "permute", "transpose", "t", "expand", "slice", "
             "index_select", "embedding", "index", "cat", "stack", "constant_pad_nd", "full", "zeros", "ones",
             "zeros_like", "ones_like", "full_like", "arange", "scalar_tensor", "mm", "bmm", "addmm", "baddbmm",
             "convolution", "_scaled_dot_product_flash_attention_for_cpu", "cumsum", "sort", "topk", "scatter",
-            "index_put", "clone"}
+            "index_put", "_unsafe_index_put", "index_add", "scatter_add", "embedding_dense_backward", "clone"}
 
 
 def _sweep(name: str) -> list[Case]:

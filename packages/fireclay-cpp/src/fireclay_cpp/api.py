@@ -30,7 +30,8 @@ KERNELS_PER_LIBRARY = 24  # above this, a program's kernels are split over libra
 def generate_kernels(scheduled: ScheduledProgram, cfg: Config = config) -> list[KernelSource]:
     prog = scheduled.program
     return [generate_kernel(k, lambda b: prog.buffers[b].dtype, prog.hint, cfg.resolved_threads(),
-                            buffer_extent=lambda b: buffer_extent(prog.buffers[b]))
+                            buffer_extent=lambda b: buffer_extent(prog.buffers[b]),
+                            buffer_numel=lambda b: prog.buffers[b].storage_numel)
             for k in scheduled.kernels]
 
 

@@ -18,6 +18,12 @@ becomes two passes over the row: a sum for the mean, then a sum of squared devia
 Column reductions (memory contiguous along the innermost kept dim, strided along the reduced
 one) run the other way round: see :mod:`fireclay_cpp.column_loops`.
 
+A kernel that adds into a buffer (``ops.store_add``, a scatter-add) clears the buffer, then
+runs serially, without ``omp simd`` either: several points may add at one element, and a serial
+loop adds them in index order, as eager's CPU kernel does (an atomic add per element costs a
+compare-and-swap loop for floats; these kernels are small: embedding and position-bias
+gradients).
+
 Parallelism: the outer loops are an OpenMP ``parallel for`` (all but the innermost for pointwise
 kernels, so the innermost stays a plain loop the compiler vectorises). When there are few outer
 points and a long reduction, the reduction loop itself is split over threads instead, with
@@ -66,9 +72,12 @@ class CppKernelGen(KernelEmitter):
     error = CodegenError
 
     def __init__(self, kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
-                 threads: int, buffer_extent: Callable[[str], tuple[int, int] | None] | None = None):
+                 threads: int, buffer_extent: Callable[[str], tuple[int, int] | None] | None = None,
+                 buffer_numel: Callable[[str], sympy.Expr] | None = None):
         super().__init__(kernel)
         self.buffer_extent = buffer_extent or (lambda buf: None)
+        self.buffer_numel = buffer_numel
+        self.serial = bool(kernel.accumulated_buffers())  # see the module docstring
         self.buffer_dtype = buffer_dtype
         self.hint = hint
         self.threads = threads
@@ -331,15 +340,31 @@ class CppKernelGen(KernelEmitter):
                 body += heads + indent(lines) + ["}"] * nx
         else:
             body += lines
+        if self.serial:
+            body = self._cleared() + [line for line in body if not line.lstrip().startswith("#pragma omp")]
         return self.source(body)
+
+    def _cleared(self) -> list[str]:
+        """Lines zeroing the buffers the kernel adds into (all of each buffer's memory)."""
+        if self.buffer_numel is None:
+            raise CodegenError(f"kernel {self.kernel.name} adds into buffers: generate_kernel needs buffer_numel")
+        lines = []
+        for buf in self.kernel.accumulated_buffers():
+            n = self.index(self.buffer_numel(buf))
+            zero = f"({ctype(self.buffer_dtype(buf), storage=True)})(0)"
+            lines.append(f"for (int64_t fc_i = 0; fc_i < {n}; fc_i++) {buf}[fc_i] = {zero};")
+        return lines
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],
                     threads: int | None = None,
-                    buffer_extent: Callable[[str], tuple[int, int] | None] | None = None) -> KernelSource:
+                    buffer_extent: Callable[[str], tuple[int, int] | None] | None = None,
+                    buffer_numel: Callable[[str], sympy.Expr] | None = None) -> KernelSource:
     """C++ for one kernel; ``hint`` evaluates a size expression at its hint (for choosing how to
     parallelise), ``threads`` is the number of threads planned for, ``buffer_extent`` gives the
     least and greatest index of a buffer's elements where known (loads under a mask that does
-    not change along a loop use it). The kernel's internal buffers are never stored; one a later
-    loop over ``r`` reads (fireclay-loops decides which) is recomputed by that loop."""
-    return CppKernelGen(kernel, buffer_dtype, hint, threads or os.cpu_count() or 1, buffer_extent).generate()
+    not change along a loop use it), ``buffer_numel`` the elements of a buffer's memory (a kernel
+    that adds into a buffer clears it first). The kernel's internal buffers are never stored; one
+    a later loop over ``r`` reads (fireclay-loops decides which) is recomputed by that loop."""
+    return CppKernelGen(kernel, buffer_dtype, hint, threads or os.cpu_count() or 1, buffer_extent,
+                        buffer_numel).generate()

@@ -272,6 +272,17 @@ class CppOps(KernelOps):
         self.gen.roots.append(stmt)
         return None
 
+    def add_memory(self, buf, index, value):
+        # (the kernel runs serially: see CppKernelGen.serial)
+        text, deps = self._index(index)
+        self.gen.accesses.append(index)
+        self.gen.cse = {k: v for k, v in self.gen.cse.items() if k[0] != buf}
+        self.gen.stored.add(buf)
+        stmt = CValue(name=f"{self.prefix}add{self.count}", code=f"{buf}[{text}] += {value.name};",
+                      deps=deps + [value], varying=self._varies(index))
+        self.count += 1
+        self.gen.roots.append(stmt)
+
     # values
     def constant(self, value, dtype):
         t = ctype(dtype)

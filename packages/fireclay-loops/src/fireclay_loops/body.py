@@ -15,7 +15,7 @@ from typing import Any
 import sympy
 
 from fireclay_loops import exprs
-from fireclay_loops.ops import BOOL_RESULT, MATH_OPS, REDUCTION_TYPES, use_handler
+from fireclay_loops.ops import BOOL_RESULT, MATH_OPS, MEMORY_OPS, REDUCTION_TYPES, use_handler
 
 
 @dataclass(frozen=True)
@@ -76,11 +76,16 @@ class LoopBody:
         return self.accesses(("load", "masked_load"))
 
     def writes(self) -> list[tuple[str, sympy.Expr, str]]:
-        return self.accesses(("store", "store_reduction"))
+        return self.accesses(("store", "store_reduction", "store_add"))
+
+    @property
+    def accumulates(self) -> bool:
+        """Whether the body adds into a buffer (``ops.store_add``: a scatter-add)."""
+        return any(op.name == "store_add" for op in self.ops)
 
     def rename_buffers(self, mapping: dict[str, str]) -> None:
         for op in self.ops:
-            if op.name in ("load", "masked_load", "store", "store_reduction") and op.args[0] in mapping:
+            if op.name in MEMORY_OPS and op.args[0] in mapping:
                 op.args = (mapping[op.args[0]],) + op.args[1:]
 
 
@@ -133,6 +138,11 @@ class BodyRecorder:
     def store_reduction(self, buf: str, index: Any, value: BodyValue) -> None:
         self._dtype(value)
         self._add_effect("store_reduction", (buf, self._simplify(index), value))
+
+    def store_add(self, buf: str, index: Any, value: BodyValue) -> None:
+        if self._dtype(value) != self.buffer_dtype(buf):
+            raise TypeError(f"ops.store_add of a {self._dtype(value)} value into {buf}, a {self.buffer_dtype(buf)} buffer")
+        self._add_effect("store_add", (buf, self._simplify(index), value))
 
     def constant(self, value: Any, dtype: str) -> BodyValue:
         return self._add("constant", (value, dtype), dtype)

@@ -40,7 +40,7 @@ from fireclay_loops.ir import (
     TensorArg,
 )
 from fireclay_loops.kernel import Kernel, KernelNode
-from fireclay_loops.ops import CHECK_OPS, MATH_OPS, OPS
+from fireclay_loops.ops import CHECK_OPS, MATH_OPS, MEMORY_OPS, OPS
 
 DIALECT_VERSION = "1"
 CALL_OPS = {
@@ -49,7 +49,7 @@ CALL_OPS = {
     "kernel": "run a fused kernel: loop nodes (GraphRefs to their bodies) over xsizes x rsizes",
     "extern": "call a library op (extern) or an op without a lowering (fallback)",
 }
-_WRITES = {"store", "store_reduction", "kernel", "extern"}
+_WRITES = {"store", "store_reduction", "store_add", "kernel", "extern"}
 
 
 def _verify_loops_node(node: Any, program: Any) -> list[str]:
@@ -67,7 +67,7 @@ def _verify_loops_node(node: Any, program: Any) -> list[str]:
             if bad:
                 problems.append(f"kernel body {r.name!r} holds {bad[0]}, which is not a loop-body op")
         return problems
-    if node.target in ("load", "masked_load", "store", "store_reduction"):
+    if node.target in MEMORY_OPS:
         if not isinstance(node.args[0], str) or not isinstance(node.args[1], SymExpr):
             return [f"{node.op} takes a buffer name and an index expression"]
     if node.target in ("buffer", "view") and not (node.outputs and node.outputs[0].is_tensor):

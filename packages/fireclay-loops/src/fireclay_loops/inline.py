@@ -228,6 +228,8 @@ def _inlined_size(r: ComputeNode, p: ComputeNode, buf: str) -> int:
 def can_inline(p: ComputeNode, outputs: set[str]) -> bool:
     if p.kind != "pointwise" or len(p.body.ops) > config.max_inline_ops:  # longer ones are stored
         return False
+    if p.body.accumulates:  # a scatter-add: no one point of it gives an element's value
+        return False
     writes = p.body.writes()
     return len(writes) == 1 and writes[0][0] not in outputs and _producer_vars(p) is not None
 

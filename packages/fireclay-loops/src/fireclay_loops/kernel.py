@@ -22,6 +22,7 @@ import sympy
 
 from fireclay_loops import exprs
 from fireclay_loops.ir import ComputeNode
+from fireclay_loops.ops import MEMORY_OPS  # (ops whose first argument is a buffer name)
 
 
 @dataclass
@@ -73,8 +74,12 @@ class Kernel:
         return list(dict.fromkeys(b for kn in self.nodes for b, _, _ in kn.node.body.writes()
                                   if b not in self.internal))
 
+    def accumulated_buffers(self) -> list[str]:
+        """The buffers the kernel adds into (``ops.store_add``): each must hold zeros before the
+        kernel runs, and the code generator clears it."""
+        return list(dict.fromkeys(b for kn in self.nodes for b, _, k in kn.node.body.writes() if k == "store_add"))
 
-MEMORY_OPS = ("load", "masked_load", "store", "store_reduction")  # ops whose first argument is a buffer name
+
 
 
 def _argument_key(a: Any) -> Any:

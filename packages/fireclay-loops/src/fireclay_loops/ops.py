@@ -11,7 +11,11 @@ Vocabulary (the closed set; :data:`OPS` is the table):
 * memory: ``load(buf, index)``, ``masked_load(buf, index, mask)`` (0 where ``mask`` is false, and
   the address is not touched there), ``store(buf, index, value)``,
   ``store_reduction(buf, index, value)`` (the result of a reduction, index over the outer loop
-  variables only);
+  variables only), ``store_add(buf, index, value)`` (adds ``value`` to ``buf[index]``; several
+  points may add at one index, and their sum is what remains, in no set order: a scatter-add,
+  such as the backward of ``x[idx]`` or of an embedding). A buffer that a node adds to is written
+  by that node alone and holds zeros before its kernel runs: the code generator clears it (the
+  scheduler never fuses such a node with another, so a kernel that adds does nothing else);
 * values: ``constant(value, dtype)``, ``index_expr(expr, dtype)``, ``to_dtype(x, dtype)``,
   ``random(kind, seed, offset)`` (``kind`` "rand" uniform in [0, 1) or "randn" standard normal,
   Philox4x32-10 keyed by ``seed`` at counter ``offset``, float32);
@@ -57,7 +61,7 @@ BOOL_RESULT = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", 
 
 REDUCTION_TYPES = ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin", "welford")
 
-MEMORY_OPS = ("load", "masked_load", "store", "store_reduction")
+MEMORY_OPS = ("load", "masked_load", "store", "store_reduction", "store_add")
 VALUE_OPS = ("constant", "index_expr", "to_dtype", "random", "indirect_indexing", "reduction", "getitem")
 CHECK_OPS = ("check_bounds", "check_nonzero")
 OPS: tuple[str, ...] = MEMORY_OPS + VALUE_OPS + CHECK_OPS + tuple(MATH_OPS)

@@ -142,6 +142,13 @@ class _NodeHandler:
 
     store_reduction = store
 
+    def store_add(self, buf, index, value):
+        # (the runner cleared the buffer before the kernel); in index order, as eager's CPU
+        # index_put with accumulate adds
+        idx, val = torch.broadcast_tensors(self._index(index), value)
+        storage = self.runner.storage(buf)
+        storage.index_put_((idx.reshape(-1),), val.reshape(-1).to(storage.dtype), accumulate=True)
+
     def constant(self, value, dtype):
         return torch.tensor(value, dtype=DTYPE[dtype])
 
@@ -323,6 +330,8 @@ class _Runner:
         kvars = k.xvars + k.rvars
         internal: dict = {}
         self.step(1, f"kernel {k.name}")
+        for buf in k.accumulated_buffers():
+            self.storage(buf).zero_()
         for kn in k.nodes:
             self.step(len(kn.node.body.ops), f"kernel {k.name}")
             env: dict[str, Any] = dict(self.symbols)

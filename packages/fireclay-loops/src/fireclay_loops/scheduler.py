@@ -328,6 +328,10 @@ def try_fuse(state: FusionState, a: Group, b: Group, graph: StepGraph | None = N
 def legal_merge(a: Group, b: Group, position: dict[str, int]) -> tuple[Group | None, str]:
     """``a`` (the earlier) and ``b`` merged over one iteration space, if their loops can be
     matched so that every buffer passed between them is read where it is written."""
+    if any(n.body.accumulates for n in a.nodes + b.nodes):
+        # its buffer is complete only once every point has added (and is cleared before the
+        # kernel): no reader may share its loop, and a kernel that adds does nothing else
+        return None, "a scatter-add runs in a kernel of its own"
     if a.rsizes and b.rsizes or not b.rsizes and not (b.reduces and not a.reduces):
         base, other = a, b
     else:

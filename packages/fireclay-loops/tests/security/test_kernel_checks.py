@@ -32,7 +32,7 @@ def _reference(program):
 @pytest.mark.parametrize("op", INDEX_OPS, ids=lambda o: o.name)
 def test_indirect_index_matches_eager(op, value):
     builder, program = index_program(op)
-    error = check_against_eager(_reference(program), builder, index_inputs(op, value))
+    error = check_against_eager(_reference(program), builder, index_inputs(op, value), op.atol)
     if error is not None:
         assert isinstance(error, IndexOutOfBounds) and f"with size {op.size}" in str(error)
 

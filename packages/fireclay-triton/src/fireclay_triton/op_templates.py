@@ -115,6 +115,17 @@ class TritonOps(KernelOps):
         gen.roots.append(v)
         return None
 
+    def add_memory(self, buf, index, value):
+        # Points of one program, and of other programs, may add at one element: an atomic add
+        # (the wrapper clears the buffer before the launch). Its dtype is never a half type (the
+        # lowering sums those in float32), which not every GPU adds atomically.
+        dtype = self.gen.buffer_dtype(buf)
+        ptr, deps, r, dims = self._pointer(buf, index)
+        mask = "xrmask" if r else "xmask"
+        v = TritonValue(name="", code=f"tl.atomic_add({ptr}, {value.name}.to({tl_dtype(dtype)}), {mask}, sem='relaxed')",
+                        deps=deps + [value], dtype=dtype, dims=dims, varying=r or None, post=value.post)
+        self.gen.roots.append(v)
+
     # -- values
     def constant(self, value, dtype):
         value = float(value) if is_float(dtype) else int(bool(value)) if dtype == "bool" else int(value)

@@ -189,6 +189,8 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
             if src.kind != "pointwise" and constant_size(src.rnumel) is None:
                 sizes.append(py_expr(src.rnumel))
             args = ["dev", "stream", *src.buffers, *src.symbols, *sizes]
+            for b in step.accumulated_buffers():
+                w.line(f"{b}.zero_()  # {step.name} adds into it")
             w.line(f"{step.name}({', '.join(args)})  # {src.kind}: {src.function} in kernels.py")
         else:
             _extern_call(w, step, prog, alone, held, kept_buffers, views, out_results, call_views, whole_call)

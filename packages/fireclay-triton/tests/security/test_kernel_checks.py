@@ -49,7 +49,7 @@ def _compiled(name: str, make):
 @pytest.mark.parametrize("op", INDEX_OPS, ids=lambda o: o.name)
 def test_indirect_index_matches_eager(op, value):
     builder, compiled = _compiled(op.name, lambda: index_program(op))
-    error = check_against_eager(compiled, builder, index_inputs(op, value))
+    error = check_against_eager(compiled, builder, index_inputs(op, value), op.atol)
     if error is not None:
         assert isinstance(error, IndexOutOfBounds)
         assert f"index out of bounds for {op.site}" in str(error) and f"(size {op.size})" in str(error)
@@ -63,7 +63,7 @@ def test_indices_of_ops_torch_runs_raise_as_in_eager(op, value):
     """Scatter, index_put, index_add and the like are calls into torch's kernels: a bad index
     raises what eager raises (its type; the message is torch's), a good one gives eager's result."""
     builder, compiled = _compiled(op.name, lambda: index_program(op))
-    error = check_against_eager(compiled, builder, index_inputs(op, value))
+    error = check_against_eager(compiled, builder, index_inputs(op, value), op.atol)
     if value == "in_range":
         assert error is None
 

@@ -272,6 +272,11 @@ class KernelOps:
             self.emitter.use_buffer(buf, write=True)
             self.store_memory(buf, index, value)
 
+    def store_add(self, buf: str, index: Any, value: Value) -> None:
+        # (never internal: a kernel that adds does nothing else, see ops.store_add)
+        self.emitter.use_buffer(buf, write=True)
+        self.add_memory(buf, index, value)
+
     def load_memory(self, buf: str, index: Any, mask: Value | None) -> Value:
         """The element of ``buf`` at ``index`` (where ``mask`` holds, else 0)."""
         raise NotImplementedError(f"{type(self).__name__} has no ops.load")
@@ -287,6 +292,10 @@ class KernelOps:
 
     def store_memory(self, buf: str, index: Any, value: Value) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no ops.store")
+
+    def add_memory(self, buf: str, index: Any, value: Value) -> None:
+        """Add ``value`` to ``buf[index]``, where other points of the kernel may add too."""
+        raise NotImplementedError(f"{type(self).__name__} has no ops.store_add")
 
     def store_reduction(self, buf: str, index: Any, value: Value) -> None:
         return self.store(buf, index, value)

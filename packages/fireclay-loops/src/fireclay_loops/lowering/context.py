@@ -27,7 +27,7 @@ from fireclay_loops.ir import (
     TensorArg,
 )
 from fireclay_loops.lowering import library_layouts
-from fireclay_loops.lowering.values import BufferValue, GeneratedValue, Index, TensorValue
+from fireclay_loops.lowering.values import BufferValue, ConstantValue, TensorValue
 from fireclay_loops.ops import ops
 
 # Graph meta key: positions of outputs that only the program's backward reads (set by
@@ -215,6 +215,23 @@ class LoweringContext:
         self.out.nodes.append(ComputeNode(self.fresh("op"), body, self._meta()))
         return BufferValue(buf)
 
+    def scatter_add(self, size: Sequence[Any], dtype: str, device: str, points: Sequence[Any],
+                    inner: Callable[[list[Any]], tuple[list[Any], Any]]) -> BufferValue:
+        """A new contiguous buffer of ``size`` holding, at each index, the sum of the values
+        added there: ``inner(point)`` gives, at each point of ``points`` (in order), the index
+        it adds at and the value (``ops.store_add``; the buffer starts at zero)."""
+        size = [exprs.as_expr(s) for s in size]
+        buf = self.new_buffer(size, dtype, device, exprs.contiguous_strides(size))
+
+        def fn(vars: Sequence[Any], _rvars: Sequence[Any]) -> Any:
+            index, value = inner(list(vars))
+            flat = sum((i * s for i, s in zip(index, buf.stride)), sympy.Integer(0))
+            ops.store_add(buf.name, flat, ops.to_dtype(value, dtype))
+
+        body = record_body(list(points), [], fn, self.buffer_dtype, self.fresh)
+        self.out.nodes.append(ComputeNode(self.fresh("op"), body, self._meta()))
+        return BufferValue(buf)
+
     def reduction(self, in_size: Sequence[Any], dims: Sequence[int], keepdim: bool, device: str,
                   reduction_type: str, acc_dtype: str, inner: Callable[[list[Any]], Any],
                   finals: Sequence[tuple[str, Callable[[Any, sympy.Expr], Any]]],
@@ -332,11 +349,8 @@ class LoweringContext:
             self._returned = {v for pos, o in enumerate(graph.outputs) if pos not in saved for v in _values_in([o])}
         return self._returned
 
-    def constant(self, value: Any, size: Sequence[Any], dtype: str, device: str) -> GeneratedValue:
-        def load(idx: Index, mask: Any = None) -> Any:
-            return ops.constant(value, dtype)
-
-        return GeneratedValue(size, dtype, device, load)
+    def constant(self, value: Any, size: Sequence[Any], dtype: str, device: str) -> ConstantValue:
+        return ConstantValue(value, size, dtype, device)
 
 
 def _values_in(items: Any) -> list[Value]:

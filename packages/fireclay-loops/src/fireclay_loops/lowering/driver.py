@@ -26,6 +26,7 @@ from fireclay_loops.lowering import (  # noqa: F401  (importing registers the ru
     pointwise,
     pooling,
     reductions,
+    scatters,
     views,
 )
 from fireclay_loops.lowering.context import SAVED_OUTPUTS, LoweringContext, _values_in, convert_arg, fallback

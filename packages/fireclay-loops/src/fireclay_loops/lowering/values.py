@@ -3,7 +3,8 @@
 * :class:`BufferValue` — a strided view of a buffer (offset + sum of index * stride);
 * :class:`MappedValue` — another value read through an index map (views strides cannot express,
   such as reshaping a transposed tensor);
-* :class:`GeneratedValue` — computed from the index alone (constants, iota, random numbers)
+* :class:`GeneratedValue` — computed from the index alone (constants, :class:`ConstantValue`,
+  iota, random numbers)
   or from other values at other indices (gathers, concatenations, scatters of views), recorded
   again by each consumer's load and never stored unless a consumer needs memory or
   :attr:`~TensorValue.loads` grows past ``config.max_lazy_loads`` (the lowering then stores it).
@@ -99,6 +100,15 @@ class GeneratedValue(TensorValue):
 
     def load(self, index: Index, mask: Any = None) -> Any:
         return self.fn(index, mask)
+
+
+class ConstantValue(GeneratedValue):
+    """One ``value`` at every index (``zeros``, ``full``): a lowering may ask for it (a
+    scatter-add into zeros is its sum alone)."""
+
+    def __init__(self, value: Any, size: Sequence[Any], dtype: str, device: str):
+        super().__init__(size, dtype, device, lambda idx, mask=None: ops.constant(value, dtype))
+        self.value = value
 
 
 def _probe_vars(n: int) -> list[sympy.Symbol]:
