@@ -162,9 +162,10 @@ PROGRAMS = [
 ]
 
 
-def build(case: ConvProgram, dtype: torch.dtype, seed: int):
+def build(case: ConvProgram, dtype: torch.dtype, seed: int, device: str | None = None):
     """``(program, builder, make_inputs)``: ``make_inputs()`` gives fresh random inputs with the
-    layouts the program was built for."""
+    layouts the program was built for; ``device`` types the graph for another device (planned,
+    not run, here)."""
     gen = torch.Generator().manual_seed(seed)
     made: list[tuple] = []
 
@@ -174,7 +175,7 @@ def build(case: ConvProgram, dtype: torch.dtype, seed: int):
         made.append((shape, positive))
         return t.to(dtype)
 
-    b = AtenBuilder()
+    b = AtenBuilder(device)
     outs = case.build(b, g)
     program = b.output(*outs)
     if case.saved:

@@ -114,6 +114,17 @@ def test_program_choice_follows_config_and_device():
         config.channels_last = saved
 
 
+@pytest.mark.parametrize("dtype,expected", [(torch.float32, False), (torch.bfloat16, True), (torch.float16, True)])
+def test_on_cuda_only_16_bit_convolutions_change_layout(dtype, expected):
+    """cuDNN runs TF32 kernels for channels-last float32 convolutions where eager's NCHW calls
+    mostly do not (weight gradients 6e-2 off eager's): float32 keeps eager's layout on CUDA."""
+    case = next(c for c in PROGRAMS if c.name == "strided_conv_bias")
+    program, _, _ = build(case, dtype, seed=4, device="cuda")
+    assert layout.uses_channels_last(program.main, ("cpu", "cuda")) is expected
+    cpu_program, _, _ = build(case, torch.float32, seed=4)
+    assert layout.uses_channels_last(cpu_program.main, ("cpu", "cuda"))
+
+
 def test_programs_without_2d_convolutions_are_left_alone():
     b = AtenBuilder()
     x, w = b.input(torch.randn(2, 3, 9), "x"), b.input(torch.randn(4, 3, 3), "w")
