@@ -24,6 +24,7 @@ from fireclay_capture.scan import associative_scan, is_torch_associative_scan
 from fireclay_capture.sources import AttrSource, BuiltinItemSource, ItemSource, Source, clean_name
 from fireclay_capture.variables.base import ConstVar, is_constant_value
 from fireclay_capture.variables.containers import DictVar, ListVar, SetVar, TupleVar
+from fireclay_capture.variables.function_modes import FunctionModeClassVar, known_function_mode
 from fireclay_capture.variables.functions import (
     AutocastVar,
     BuiltinVar,
@@ -49,6 +50,7 @@ from fireclay_capture.variables.torch_names import (
     op_name_of_overload,
     public_torch_name,
 )
+from fireclay_capture.vmap import VmapVar, is_vmap
 
 _BUILTIN_MODULES = (builtins, operator, math)
 
@@ -114,6 +116,13 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
 
         _guard_id(g, source, value)
         return CondVar(value, source)
+    if is_vmap(value):
+        _guard_id(g, source, value)
+        return VmapVar(value, source)
+    mode = known_function_mode(value)
+    if mode is not None:
+        _guard_id(g, source, value)
+        return FunctionModeClassVar(value, mode, source)
     if is_torch_associative_scan(value):  # traced as plain tensor ops (scan.py says why)
         _guard_id(g, source, value)
         return wrap(tx, associative_scan, None)
