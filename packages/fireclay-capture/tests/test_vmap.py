@@ -98,6 +98,17 @@ def promotion_of_zero_d(x, y):
     return torch.vmap(lambda a, v: a * v + (a > v).float(), in_dims=(0, None))(s, y[0])
 
 
+def same_tensor_twice(x, y):  # one tensor mapped over two different dims
+    z = x[:, :B]
+    return torch.vmap(lambda a, b: a * 2 - b, in_dims=(0, 1))(z, z)
+
+
+def promotion_against_zero_d(x, y):  # a batched 0-d float32 against an unbatched 0-d float64
+    c = y[0, 0].double()
+    return torch.vmap(lambda a: a * c + (a < c).double())(x[:, 0])
+
+
+
 CASES = {
     "pointwise": pointwise,
     "in_dims_none": in_dims_none,
@@ -112,6 +123,8 @@ CASES = {
     "reductions_and_views": reductions_and_views,
     "stack_expand_where": stack_expand_where,
     "promotion_of_zero_d": promotion_of_zero_d,
+    "same_tensor_twice": same_tensor_twice,
+    "promotion_against_zero_d": promotion_against_zero_d,
 }
 
 

@@ -192,7 +192,7 @@ def _pointwise(promoted: Callable[[CallRecord], list[Var]] | None = None, self_s
         batched = {id(t): b.of(t) for t in tensors}
         rank = max(bt.logical_ndim for bt in batched.values())
         operands = promoted(record) if promoted is not None else [*record.args, *record.kwargs.values()]
-        casts = _promotion_casts(batched, operands, rank)
+        casts = _promotion_casts(batched, operands)
         only = len(tensors) == 1 and not self_shaped
 
         def convert(v: Var) -> Var:
@@ -217,13 +217,13 @@ def _pointwise(promoted: Callable[[CallRecord], list[Var]] | None = None, self_s
     return rule
 
 
-def _promotion_casts(batched: dict[int, Batched], operands: list[Var], rank: int) -> dict[int, torch.dtype]:
+def _promotion_casts(batched: dict[int, Batched], operands: list[Var]) -> dict[int, torch.dtype]:
     """Casts that keep type promotion per-example: a batched 0-d operand becomes 1-d physically,
     and would then outrank the dimensioned operands it ranked below."""
     tensors = [v for v in operands if isinstance(v, TensorVar)]
     zero_d = [t for t in tensors if batched[id(t)].bdim is not None and batched[id(t)].logical_ndim == 0]
-    if not zero_d or rank == 0 or len({t.fake.dtype for t in tensors}) == 1:
-        return {}
+    if not zero_d or len(zero_d) == len(tensors) or len({t.fake.dtype for t in tensors}) == 1:
+        return {}  # the operands' ranks keep their order, or promotion has one dtype to choose
     if len(operands) != 2:
         raise Unsupported("vmap: type promotion between a batched 0-d tensor and other tensors of "
                           "another dtype, with more than two operands")

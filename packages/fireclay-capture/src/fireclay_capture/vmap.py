@@ -23,6 +23,7 @@ break (``Unsupported``): it then runs eagerly under torch's vmap, never with a w
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -143,29 +144,31 @@ def call_vmapped(tx, func: Var, in_dims: Any, out_dims: Any, args: list[Var], kw
         dims = [in_dims] * len(args)
     else:
         raise Unsupported(f"torch.vmap: in_dims {in_dims!r}")
-    mapped: list[tuple[TensorVar, int]] = []
-    for arg, dim in zip(args, dims):
-        _mapped_tensors(arg, dim, mapped)
-    if not mapped:
-        raise Unsupported("torch.vmap: no tensor argument is mapped")
-    sizes = {t.fake.shape[d] for t, d in mapped}
-    if len(sizes) != 1 or not isinstance(next(iter(sizes)), int) or next(iter(sizes)) == 0:
-        raise Unsupported("torch.vmap: mapped dims of different, symbolic or zero sizes")
-    size = next(iter(sizes))
-
     body = Graph("vmap_body")
     env: dict[int, Batched] = {}
-    examples: dict[int, TensorVar] = {}
-    for i, (t, d) in enumerate(mapped):
+    sizes: set[int] = set()
+
+    def example(t: TensorVar, d: int) -> TensorVar:
+        """One example of the mapped tensor ``t``: a graph input of the scratch graph."""
+        size = t.fake.shape[d]
+        if not isinstance(size, int) or size == 0:
+            raise Unsupported("torch.vmap over a dim of symbolic or zero size")
+        sizes.add(size)
         fake = _example_fake(tx, t.fake, d)
-        value = body.add_input(f"example{i}", meta_of(fake, t.device))
-        examples[id(t)] = TensorVar(value, fake, t.device)
+        value = body.add_input(f"example{len(env)}", meta_of(fake, t.device))
         env[id(value)] = Batched(var=t, bdim=d)
-    example_args = [_with_examples(a, examples) for a in args]
+        return TensorVar(value, fake, t.device)
+
+    example_args = [_with_examples(arg, dim, example) for arg, dim in zip(args, dims)]
+    if not env:
+        raise Unsupported("torch.vmap: no tensor argument is mapped")
+    if len(sizes) != 1:
+        raise Unsupported("torch.vmap: mapped dims of different sizes")
+    size = next(iter(sizes))
 
     calls: list[CallRecord] = []
     outer_graph, outer_log = tx.graph, tx.call_log
-    effects_before = tx.side_effects.version
+    effects_before, n_subgraphs = tx.side_effects.version, len(tx.subgraphs)
     try:
         tx.graph, tx.call_log = body, calls
         try:
@@ -186,6 +189,7 @@ def call_vmapped(tx, func: Var, in_dims: Any, out_dims: Any, args: list[Var], kw
                 raise Unsupported(f"vmap: no batching rule for {node.op} in a function given to torch.vmap")
         return _replay(tx, calls, Batcher(tx, size, env), result, out_dims)
     except Unsupported as e:
+        del tx.subgraphs[n_subgraphs:]  # branches of a cond inside: dropped with the scratch graph
         if not isinstance(e, ObservedException):
             _warn(tx, e)
         raise
@@ -214,28 +218,26 @@ def _replay(tx, calls: list[CallRecord], batcher: Batcher, result: Var, out_dims
         raise
 
 
-def _mapped_tensors(arg: Var, dim: Any, out: list[tuple[TensorVar, int]]) -> None:
-    """The tensors of ``arg`` that ``dim`` (an in_dims entry) maps, with their mapped dim."""
+def _with_examples(arg: Var, dim: Any, example: Callable[[TensorVar, int], TensorVar]) -> Var:
+    """``arg`` with each tensor that ``dim`` (its in_dims entry) maps replaced by an example."""
     if dim is None:
-        return
+        return arg
     if isinstance(arg, TensorVar):
         if not isinstance(dim, int) or isinstance(dim, bool):
             raise Unsupported(f"torch.vmap: in_dim {dim!r} for a tensor")
         ndim = arg.fake.dim()
         if not -ndim <= dim < ndim:
             raise Unsupported(f"torch.vmap: in_dim {dim} for a {ndim}-d tensor")
-        out.append((arg, dim % ndim))
-    elif isinstance(arg, BaseListVar):
+        return example(arg, dim % ndim)
+    if isinstance(arg, BaseListVar):
         if isinstance(dim, (tuple, list)):
             if len(dim) != len(arg.items):
                 raise Unsupported("torch.vmap: in_dims does not match the structure of an argument")
-            for item, d in zip(arg.items, dim):
-                _mapped_tensors(item, d, out)
+            items = [_with_examples(item, d, example) for item, d in zip(arg.items, dim)]
         else:
-            for item in arg.items:
-                _mapped_tensors(item, dim, out)
-    else:
-        raise Unsupported(f"torch.vmap: in_dim {dim!r} for {arg}, which is not a tensor")
+            items = [_with_examples(item, dim, example) for item in arg.items]
+        return ListVar(items) if isinstance(arg, ListVar) else TupleVar(items)
+    raise Unsupported(f"torch.vmap: in_dim {dim!r} for {arg}, which is not a tensor")
 
 
 def _example_fake(tx, fake: torch.Tensor, dim: int) -> torch.Tensor:
@@ -244,15 +246,6 @@ def _example_fake(tx, fake: torch.Tensor, dim: int) -> torch.Tensor:
         with tx.shapes.mode:
             return fake.select(dim, 0)
     return fake.select(dim, 0)
-
-
-def _with_examples(arg: Var, examples: dict[int, TensorVar]) -> Var:
-    if isinstance(arg, TensorVar):
-        return examples.get(id(arg), arg)
-    if isinstance(arg, BaseListVar) and any(isinstance(i, (TensorVar, BaseListVar)) for i in arg.items):
-        items = [_with_examples(i, examples) for i in arg.items]
-        return ListVar(items) if isinstance(arg, ListVar) else TupleVar(items)
-    return arg
 
 
 def _outputs(b: Batcher, result: Var, out_dims: Any) -> Var:
