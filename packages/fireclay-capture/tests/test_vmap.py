@@ -109,6 +109,21 @@ def promotion_against_zero_d(x, y):  # a batched 0-d float32 against an unbatche
 
 
 
+def scalar_batched_indices(x, y):  # a[i] with a batched 0-d index: indexing, as torch's vmap does it
+    table = y[0].reshape(4, 5)
+    idx = torch.arange(B) % 4
+
+    def f(a, i):
+        return a.reshape(4, 5)[i] * table[i, 2] + table[i][[0, 1, 1, 3, 4]]
+
+    return torch.vmap(f)(x, idx)
+
+
+def differentiable(x, y):
+    w = y[0].reshape(4, 5)
+    return torch.vmap(lambda a: (a.reshape(4, 5) @ w.T).softmax(-1).sum(0))(x)
+
+
 CASES = {
     "pointwise": pointwise,
     "in_dims_none": in_dims_none,
@@ -125,6 +140,8 @@ CASES = {
     "promotion_of_zero_d": promotion_of_zero_d,
     "same_tensor_twice": same_tensor_twice,
     "promotion_against_zero_d": promotion_against_zero_d,
+    "scalar_batched_indices": scalar_batched_indices,
+    "differentiable": differentiable,
 }
 
 
@@ -154,6 +171,27 @@ def without_rule(x, y):
     z = x * 2
     out = torch.vmap(lambda a: torch.topk(a, 2).values)(z)  # topk has no batching rule
     return out + 1
+
+
+def test_symbolic_batch_and_example_sizes():
+    def f(x, y):
+        return torch.vmap(lambda a, b: (a * b).sum() + a[1:].mean() + b[a.argmax()], in_dims=(0, None))(x, y)
+
+    compiled = capture(f, dynamic=True)
+    for n in (5, 7, 9):
+        x, y = torch.randn(n, 6), torch.randn(6)
+        torch.testing.assert_close(compiled(x, y), f(x, y))
+    assert compiled.stats.fallbacks == 0 and compiled.stats.captures == 1
+
+
+def test_gradients_through_vmap_match_eager():
+    compiled = capture(differentiable, fullgraph=True)
+    x, y = (t.requires_grad_() for t in _inputs())
+    x2, y2 = (t.detach().clone().requires_grad_() for t in (x, y))
+    compiled(x, y).pow(2).sum().backward()
+    differentiable(x2, y2).pow(2).sum().backward()
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(y.grad, y2.grad)
 
 
 def test_op_without_rule_breaks_and_runs_eagerly_with_a_warning(caplog):

@@ -563,7 +563,12 @@ def _getitem(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     key = record.args[1]
     entries = list(key.items) if isinstance(key, TupleVar) else [key]
     kinds = []
-    for e in entries:
+    for n, e in enumerate(entries):
+        if isinstance(e, ListVar) and e.items and all(
+                isinstance(i, ConstVar) and type(i.value) is int for i in e.items):
+            # a list of ints is an index tensor
+            e = entries[n] = b.call("torch.tensor", torch.tensor, [const([i.value for i in e.items])],
+                                    {"dtype": const(torch.int64), "device": const(torch.device(me.var.device))})
         if isinstance(e, TensorVar):
             kinds.append("tensor")
         elif isinstance(e, ConstVar) and e.value is None:

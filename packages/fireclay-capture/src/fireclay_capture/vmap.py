@@ -146,14 +146,14 @@ def call_vmapped(tx, func: Var, in_dims: Any, out_dims: Any, args: list[Var], kw
         raise Unsupported(f"torch.vmap: in_dims {in_dims!r}")
     body = Graph("vmap_body")
     env: dict[int, Batched] = {}
-    sizes: set[int] = set()
+    sizes: list[Any] = []  # ints, or symbolic sizes (dynamic shapes)
 
     def example(t: TensorVar, d: int) -> TensorVar:
         """One example of the mapped tensor ``t``: a graph input of the scratch graph."""
         size = t.fake.shape[d]
-        if not isinstance(size, int) or size == 0:
-            raise Unsupported("torch.vmap over a dim of symbolic or zero size")
-        sizes.add(size)
+        if isinstance(size, int) and size == 0:
+            raise Unsupported("torch.vmap over a dim of size 0")
+        sizes.append(size)
         fake = _example_fake(tx, t.fake, d)
         value = body.add_input(f"example{len(env)}", meta_of(fake, t.device))
         env[id(value)] = Batched(var=t, bdim=d)
@@ -162,9 +162,9 @@ def call_vmapped(tx, func: Var, in_dims: Any, out_dims: Any, args: list[Var], kw
     example_args = [_with_examples(arg, dim, example) for arg, dim in zip(args, dims)]
     if not env:
         raise Unsupported("torch.vmap: no tensor argument is mapped")
-    if len(sizes) != 1:
+    size = sizes[0]
+    if any(s is not size and _differ(s, size) for s in sizes[1:]):
         raise Unsupported("torch.vmap: mapped dims of different sizes")
-    size = next(iter(sizes))
 
     calls: list[CallRecord] = []
     outer_graph, outer_log = tx.graph, tx.call_log
@@ -238,6 +238,14 @@ def _with_examples(arg: Var, dim: Any, example: Callable[[TensorVar, int], Tenso
             items = [_with_examples(item, dim, example) for item in arg.items]
         return ListVar(items) if isinstance(arg, ListVar) else TupleVar(items)
     raise Unsupported(f"torch.vmap: in_dim {dim!r} for {arg}, which is not a tensor")
+
+
+def _differ(a: Any, b: Any) -> bool:
+    """Whether two sizes differ; symbolic sizes compare as their expressions (a guess guarded by
+    the shape environment would be a guard the trace does not need)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a != b
+    return str(a) != str(b)
 
 
 def _example_fake(tx, fake: torch.Tensor, dim: int) -> torch.Tensor:

@@ -105,14 +105,31 @@ def _index_leaves(key: Var) -> list[Var] | None:
     return None
 
 
-def getitem_as_index(tx, tensor: TensorVar, key: Var) -> Var | None:
+def _has_none(key: Var) -> bool:
+    if isinstance(key, (TupleVar, ListVar)):
+        return any(_has_none(i) for i in key.items)
+    return isinstance(key, ConstVar) and key.value is None
+
+
+def getitem_as_index(tx, tensor: TensorVar, key: Var, *, scalar_indices_only: bool = False) -> Var | None:
     """``tensor[key]`` as ``TransformGetItemToIndex`` runs it: ``aten.index`` when every index
-    leaf is a tensor or an int; None when the mode leaves the indexing to Python."""
+    leaf is a tensor or an int; None when the mode leaves the indexing to Python.
+    ``scalar_indices_only``: only when the index is ints and 0-d integer tensors (at least one),
+    where indexing and selecting by the indices' values agree."""
     from fireclay_capture.variables.torch_names import op_name_of_overload
 
     leaves = _index_leaves(key)
     if leaves is None:
         return None
+    if scalar_indices_only:
+        if isinstance(key, ListVar) or isinstance(key, TupleVar) and any(
+                isinstance(i, (TupleVar, ListVar)) for i in key.items):
+            return None  # a list index is one index tensor, not one index per dim
+        tensors = [leaf for leaf in leaves if isinstance(leaf, TensorVar)]
+        if not tensors or _has_none(key) or any(
+                t.fake.dim() != 0 or t.fake.dtype.is_floating_point or t.fake.dtype.is_complex
+                or t.fake.dtype in (torch.bool, torch.uint8) for t in tensors):
+            return None
     indices: list[Var] = []
     for leaf in leaves:
         if isinstance(leaf, TensorVar):

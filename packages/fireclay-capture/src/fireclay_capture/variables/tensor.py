@@ -90,10 +90,12 @@ class TensorVar(Var):
                 for i in range(self.fake.shape[0])]
 
     def getitem(self, tx, key):
-        if INDEX_MODE in tx.function_modes:
+        if INDEX_MODE in tx.function_modes or tx.call_log is not None:
             from fireclay_capture.variables.function_modes import getitem_as_index
 
-            indexed = getitem_as_index(tx, self, key)
+            # Inside a vmapped function (a call log is kept), ``t[i]`` with 0-d integer index
+            # tensors is indexing, as torch's vmap runs it, not a select by ``i.item()``.
+            indexed = getitem_as_index(tx, self, key, scalar_indices_only=INDEX_MODE not in tx.function_modes)
             if indexed is not None:
                 return indexed
         return record_call(tx, "operator.getitem", operator.getitem, [self, key], {})
