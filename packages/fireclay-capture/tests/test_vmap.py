@@ -124,6 +124,10 @@ def differentiable(x, y):
     return torch.vmap(lambda a: (a.reshape(4, 5) @ w.T).softmax(-1).sum(0))(x)
 
 
+def dropout_not_training(x, y):
+    return torch.vmap(lambda a: torch.nn.functional.dropout(a, 0.5, training=False) * 2)(x)
+
+
 CASES = {
     "pointwise": pointwise,
     "in_dims_none": in_dims_none,
@@ -142,6 +146,7 @@ CASES = {
     "promotion_against_zero_d": promotion_against_zero_d,
     "scalar_batched_indices": scalar_batched_indices,
     "differentiable": differentiable,
+    "dropout_not_training": dropout_not_training,
 }
 
 
@@ -182,6 +187,14 @@ def test_symbolic_batch_and_example_sizes():
         x, y = torch.randn(n, 6), torch.randn(6)
         torch.testing.assert_close(compiled(x, y), f(x, y))
     assert compiled.stats.fallbacks == 0 and compiled.stats.captures == 1
+
+
+def test_random_ops_inside_vmap_run_under_torchs_vmap():
+    def f(x):
+        return torch.vmap(lambda a: a + torch.rand(5), randomness="different")(x)
+
+    out = capture(f)(torch.zeros(B, 5))
+    assert out.shape == (B, 5) and not torch.equal(out[0], out[1])  # drawn per example, as torch's vmap does
 
 
 def test_gradients_through_vmap_match_eager():

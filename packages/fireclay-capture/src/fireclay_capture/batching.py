@@ -98,6 +98,9 @@ class Batcher:
     def replay(self, record: CallRecord) -> None:
         if record.node is None:  # folded to a constant at trace time: nothing to record
             return
+        if _draws_random_numbers(record):
+            # torch's vmap draws per example or once (its ``randomness``), or refuses: left to it.
+            raise Unsupported(f"vmap: {record.name} draws random numbers inside a function given to torch.vmap")
         tensors = _tensors_in([*record.args, *record.kwargs.values()])
         if all(self.of(t).bdim is None for t in tensors):
             out = self.call(record.name, record.fn, [self.physical(a) for a in record.args],
@@ -143,6 +146,22 @@ class Batcher:
 
 Rule = Callable[[Batcher, CallRecord], tuple[Var, "int | None"]]
 RULES: dict[str, Rule] = {}
+
+
+_RANDOM = frozenset({
+    "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm", "normal", "bernoulli",
+    "multinomial", "poisson", "uniform_", "normal_", "bernoulli_", "exponential_", "geometric_", "log_normal_",
+    "cauchy_", "random_", "rrelu", "rrelu_", "gumbel_softmax"})
+_DROPOUTS = frozenset({"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+                       "feature_dropout"})
+
+
+def _draws_random_numbers(record: CallRecord) -> bool:
+    short = record.name.rsplit(".", 1)[-1]
+    if short in _DROPOUTS:  # random only when training (F.dropout's default)
+        training = _arg(record, 2, "training", "train")
+        return training is None or not training.is_constant() or bool(training.as_python_constant())
+    return short in _RANDOM
 
 
 def _var(value: Any) -> Var:
@@ -255,6 +274,7 @@ _register(_names(*_UNARY, *_BINARY) + _names(*_OPERATORS, roots=("operator",))
           + _names(*_ACTIVATIONS, roots=("torch.nn.functional",))
           + _names("expit", "logit", "erf", "erfc", "exp2", "expm1", "log1p", roots=("torch.special",)),
           _pointwise())
+_register(_names(*_DROPOUTS, roots=("torch", "torch.nn.functional")), _pointwise())  # not training: the identity
 _register(_names("where"), _pointwise(promoted=lambda r: list(r.args[1:3])))
 _register(_names("masked_fill"), _pointwise(promoted=lambda r: [], self_shaped=True))
 
