@@ -12,6 +12,8 @@ import torch
 from fireclay_capture import capture, explain
 from fireclay_ir import verify
 
+F = torch.nn.functional
+
 B = 3  # the batch; the per-example sizes below differ from it so that a wrong dim shows
 
 
@@ -237,6 +239,68 @@ def test_in_place_op_inside_vmap_breaks():
     compiled = capture(in_place_inside)
     x, y = _inputs()
     torch.testing.assert_close(compiled(x, y), in_place_inside(x, y))
+
+
+# One op family each, per-example x of shape (3, 2, 4), the batch of 5 mapped at several dims.
+_I2 = torch.tensor([[0, 2], [1, 1]])
+RULE_BODIES = {
+    "sum_neg": lambda a: a.sum(-2),
+    "sum_keep": lambda a: a.sum((0, 2), keepdim=True),
+    "mean_all": lambda a: a.mean(),
+    "amax": lambda a: torch.amax(a, dim=1),
+    "max_dim": lambda a: a.max(0)[1].float().sum() + a.max(-1).values,
+    "min_all": lambda a: a.min(),
+    "argmax_all": lambda a: a.argmax().float(),
+    "any": lambda a: (a > 0).any(-1).float() + (a > 0).all().float(),
+    "logsumexp": lambda a: a.logsumexp(1),
+    "prod": lambda a: a.prod(2),
+    "softmax": lambda a: F.softmax(a, dim=0) + a.log_softmax(-1),
+    "cumsum": lambda a: a.cumsum(1),
+    "flip": lambda a: a.flip([0, 2]),
+    "transpose": lambda a: a.transpose(-1, 0) * 2,
+    "permute": lambda a: a.permute(2, 0, 1).contiguous(),
+    "movedim": lambda a: a.movedim(0, -1),
+    "reshape": lambda a: a.reshape(-1, 4)[1:],
+    "view_flat": lambda a: a.flatten() + 1,
+    "flatten_mid": lambda a: a.flatten(0, 1),
+    "unsqueeze_neg": lambda a: a.unsqueeze(-1) * a.unsqueeze(0).sum(0, keepdim=True).unsqueeze(-1),
+    "squeeze": lambda a: a[:, :1].squeeze() + a[:, :1].squeeze(1),
+    "expand": lambda a: a[:, :, :1].expand(3, 2, 4) + a.expand(2, 3, 2, 4)[1],
+    "select_narrow": lambda a: a.select(1, 1) + a.narrow(1, 0, 1).squeeze(1),
+    "cat": lambda a: torch.cat([a, a * 2], dim=-1),
+    "stack": lambda a: torch.stack([a, a], 1),
+    "matmul_mv": lambda a: a[0] @ a[1].T @ a[2, :, 0] + (a[0, 0] @ a[1].T).sum(),
+    "matmul_bmm": lambda a: a @ a.transpose(1, 2),
+    "getitem_basic": lambda a: a[1, ..., None, ::2],
+    "getitem_idx2d": lambda a: a[_I2].sum((0, 1, 2)) + a[:, _I2 % 2].sum((0, 1, 2)),
+    "getitem_nonadj": lambda a: a[_I2[0], :, _I2[1]],
+    "getitem_int_tensor": lambda a: a[1, :, _I2[0]],
+    "where_scalar": lambda a: torch.where(a > 0, a, 0.0),
+    "pow_div": lambda a: (a.abs() + 1) ** 0.5 / (a * a + 1),
+    "int_ops": lambda a: ((a * 10).long() // 3 % 4).float(),
+    "type_as": lambda a: a.long().type_as(a) + a.to(torch.float64).float(),
+    "zeros_like": lambda a: torch.zeros_like(a) + torch.full_like(a, 2.0) + a.new_ones(4),
+    "T": lambda a: a.permute(2, 1, 0).reshape(-1) + a.mT.reshape(-1) + (a[0].t() @ a[1]).sum() + a[0, 0].t().sum(),
+}
+_DIMS = [(0, 0), (1, 0), (2, 1), (-1, -1)]
+
+
+@pytest.mark.parametrize("name", sorted(RULE_BODIES))
+def test_batching_rules_match_torchs_vmap(name):
+    in_dim, out_dim = _DIMS[sorted(RULE_BODIES).index(name) % len(_DIMS)]
+    if name in ("mean_all", "min_all", "argmax_all") and out_dim not in (0, -1):
+        in_dim, out_dim = 1, 0  # a 0-d result has only out_dim 0
+
+    def f(x):
+        return torch.vmap(RULE_BODIES[name], in_dims=in_dim, out_dims=out_dim)(x)
+
+    shape = [3, 2, 4]
+    shape.insert(in_dim if in_dim >= 0 else 3, 5)
+    compiled = capture(f, fullgraph=True)
+    x = torch.randn(*shape)
+    got, expected = compiled(x), f(x)
+    assert got.dtype == expected.dtype
+    torch.testing.assert_close(got, expected)
 
 
 # --------------------------------------------------------------------------- transformers' masks

@@ -453,6 +453,20 @@ def _permute(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
 _register(_names("permute"), _permute)
 
 
+def _transposed(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
+    """``t.T`` / ``t.t()`` (every dim reversed; ``t()`` only up to 2-d) and ``t.mT`` (the last two)."""
+    me = b.of(record.args[0])
+    n, x = me.logical_ndim, b.front(me)
+    if record.name == "Tensor.mT":
+        return (b.method(x, "transpose", -2, -1) if n >= 2 else x), 0
+    if len(record.args) > 1 or (record.name != "Tensor.T" and n > 2):
+        raise Unsupported(f"vmap: {record.name} with these arguments")
+    return (b.method(x, "permute", [0, *range(n, 0, -1)]) if n >= 2 else x), 0
+
+
+_register(["Tensor.T", "Tensor.mT", "Tensor.t", "torch.t"], _transposed)
+
+
 def _shape_of(record: CallRecord, what: str) -> list:
     shape = [_constant(a, what) for a in record.args[1:]]
     if not shape and "size" in record.kwargs:
@@ -581,7 +595,10 @@ def _getitem(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     (the dims of adjacent index tensors land where the first of them stood, otherwise first)."""
     me = b.of(record.args[0])
     key = record.args[1]
-    entries = list(key.items) if isinstance(key, TupleVar) else [key]
+    if isinstance(key, ConstVar) and isinstance(key.value, tuple):
+        entries: list[Var] = [const(v) for v in key.value]
+    else:
+        entries = list(key.items) if isinstance(key, TupleVar) else [key]
     kinds = []
     for n, e in enumerate(entries):
         if isinstance(e, ListVar) and e.items and all(
