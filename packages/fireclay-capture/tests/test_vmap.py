@@ -130,6 +130,18 @@ def dropout_not_training(x, y):
     return torch.vmap(lambda a: torch.nn.functional.dropout(a, 0.5, training=False) * 2)(x)
 
 
+@torch.vmap
+def _row_norms(a):  # made by torch.vmap before any capture
+    return (a * a).sum().sqrt()
+
+
+_scaled_rows = torch.func.vmap(lambda a, s: a * s, in_dims=(1, None), out_dims=1)
+
+
+def vmapped_at_module_level(x, y):
+    return _row_norms(x) + _scaled_rows(y.T, 2.0).T.sum(1)
+
+
 CASES = {
     "pointwise": pointwise,
     "in_dims_none": in_dims_none,
@@ -149,6 +161,7 @@ CASES = {
     "scalar_batched_indices": scalar_batched_indices,
     "differentiable": differentiable,
     "dropout_not_training": dropout_not_training,
+    "vmapped_at_module_level": vmapped_at_module_level,
 }
 
 

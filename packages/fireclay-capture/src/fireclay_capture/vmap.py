@@ -50,6 +50,19 @@ def is_vmap(value: Any) -> bool:
         return False
 
 
+def made_by_vmap(value: Any) -> dict[str, Any] | None:
+    """The arguments of ``torch.vmap`` that made ``value``, when ``value`` is a function it
+    returned (made before the capture: a module-level ``@torch.vmap``), else None."""
+    code = getattr(value, "__code__", None)
+    if code is None or code.co_qualname != "vmap.<locals>.wrapped" \
+            or not code.co_filename.endswith(("_functorch/apis.py", "_functorch\\apis.py")):
+        return None
+    cells = dict(zip(code.co_freevars, value.__closure__ or ()))
+    if set(cells) != {"func", "in_dims", "out_dims", "randomness", "chunk_size"}:
+        return None
+    return {name: cell.cell_contents for name, cell in cells.items()}
+
+
 class VmapVar(Var):
     """``torch.vmap`` itself: calling it makes the vmapped function."""
 
