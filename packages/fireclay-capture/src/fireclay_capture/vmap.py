@@ -23,6 +23,7 @@ break (``Unsupported``): it then runs eagerly under torch's vmap, never with a w
 from __future__ import annotations
 
 import logging
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -53,8 +54,10 @@ def is_vmap(value: Any) -> bool:
 def made_by_vmap(value: Any) -> dict[str, Any] | None:
     """The arguments of ``torch.vmap`` that made ``value``, when ``value`` is a function it
     returned (made before the capture: a module-level ``@torch.vmap``), else None."""
-    code = getattr(value, "__code__", None)
-    if code is None or code.co_qualname != "vmap.<locals>.wrapped" \
+    if not isinstance(value, types.FunctionType):
+        return None
+    code = value.__code__
+    if code.co_qualname != "vmap.<locals>.wrapped" \
             or not code.co_filename.endswith(("_functorch/apis.py", "_functorch\\apis.py")):
         return None
     cells = dict(zip(code.co_freevars, value.__closure__ or ()))
