@@ -368,3 +368,13 @@ def test_index_mode_outside_vmap_matches_eager():
     compiled = capture(f, fullgraph=True)
     x, i = torch.randn(4, 4), torch.tensor(2)
     torch.testing.assert_close(compiled(x, i), f(x, i))
+
+
+def test_op_namespaces_are_not_taken_for_vmapped_functions():
+    def f(x):  # torch.ops.aten answers any attribute, __code__ included
+        ops = torch.ops.aten
+        return ops.add.Tensor(x, x)
+
+    compiled = capture(f, fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(compiled(x), f(x))
