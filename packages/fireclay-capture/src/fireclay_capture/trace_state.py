@@ -34,6 +34,8 @@ class TraceState(Protocol):
     shapes: ShapeSession | None  # symbolic shapes, when some input dim is dynamic
     side_effects: SideEffects  # changes to outside objects, replayed after the graph
     subgraphs: list[Graph]  # branches of hop::cond nodes
+    call_log: list | None  # the torch calls recorded while a vmapped function is traced (vmap.py)
+    function_modes: list[str]  # torch function modes entered in the trace, innermost last
     frames: list[Any]  # the interpreter frames: the root first, the innermost inlined call last
     entered_contexts: list[Any]  # real context managers to leave if the trace fails
     mutated: list[Any]  # what each change made inside the trace changed (None where it names nothing)

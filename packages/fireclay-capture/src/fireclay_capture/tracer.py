@@ -36,6 +36,7 @@ class Tracer:
                  dynamic_dims: dict[Source, set[int]] | None = None, dynamic_all: bool = False,
                  on_fakes: bool = False):
         self.graph = Graph("main")
+        self.main_graph = self.graph  # the graph that takes the inputs (``graph`` may be a sub-graph)
         self.guards = GuardSet()
         self.aliases = AliasTable(self.guards)
         self.input_sources: list[Source] = []
@@ -68,6 +69,12 @@ class Tracer:
         # can see (then the callee cannot simply run again for real, and the frame runs eagerly).
         self.mutated: list[Any] = []  # what changed, in order (None where the change names nothing)
         self.handled_exception = None  # the exception an `except` block of the trace is handling
+        # The torch calls recorded while a vmapped function is traced, for its batching (vmap.py);
+        # None outside such a trace.
+        self.call_log: list | None = None
+        # Torch function modes entered in the trace whose effect the trace reproduces (their
+        # names, innermost last; see variables/function_modes.py).
+        self.function_modes: list[str] = []
 
     # -- inputs
     def wrap(self, value: Any, source: Source | None, *, weight: tuple[str, str] | None = None,
@@ -122,7 +129,7 @@ class Tracer:
         else:
             spec = InputSpec()
             name = clean_name(source.name_hint())
-        ir_value = self.graph.add_input(name, meta, spec)
+        ir_value = self.main_graph.add_input(name, meta, spec)
         var = TensorVar(ir_value, fake, device, source)
         self._tensors[id(value)] = (var, source)
         if weight is None:

@@ -24,6 +24,7 @@ from fireclay_capture.scan import associative_scan, is_torch_associative_scan
 from fireclay_capture.sources import AttrSource, BuiltinItemSource, ItemSource, Source, clean_name
 from fireclay_capture.variables.base import ConstVar, is_constant_value
 from fireclay_capture.variables.containers import DictVar, ListVar, SetVar, TupleVar
+from fireclay_capture.variables.function_modes import FunctionModeClassVar, known_function_mode
 from fireclay_capture.variables.functions import (
     AutocastVar,
     BuiltinVar,
@@ -49,6 +50,7 @@ from fireclay_capture.variables.torch_names import (
     op_name_of_overload,
     public_torch_name,
 )
+from fireclay_capture.vmap import VmappedVar, VmapVar, is_vmap, made_by_vmap
 
 _BUILTIN_MODULES = (builtins, operator, math)
 
@@ -114,6 +116,23 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
 
         _guard_id(g, source, value)
         return CondVar(value, source)
+    if is_vmap(value):
+        _guard_id(g, source, value)
+        return VmapVar(value, source)
+    vmapped = made_by_vmap(value)
+    if vmapped is not None:
+        # The function torch.vmap made (its closure never changes): pinned by identity, with
+        # the function it maps reached through its closure.
+        _guard_id(g, source, value)
+        index = value.__code__.co_freevars.index("func")
+        func_source = AttrSource(ItemSource(AttrSource(source, "__closure__"), index), "cell_contents") \
+            if source is not None else None
+        return VmappedVar(wrap(tx, vmapped["func"], func_source), vmapped["in_dims"], vmapped["out_dims"],
+                          randomness=vmapped["randomness"], chunk_size=vmapped["chunk_size"])
+    mode = known_function_mode(value)
+    if mode is not None:
+        _guard_id(g, source, value)
+        return FunctionModeClassVar(value, mode, source)
     if is_torch_associative_scan(value):  # traced as plain tensor ops (scan.py says why)
         _guard_id(g, source, value)
         return wrap(tx, associative_scan, None)

@@ -8,6 +8,7 @@ metadata and is recorded as one torch-dialect node.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,8 @@ METADATA_PROPERTIES = frozenset({
 })
 # Properties that produce tensors: recorded as ``torch::Tensor.<name>`` nodes.
 TENSOR_PROPERTIES = frozenset({"T", "mT", "H", "mH", "real", "imag", "data"})
+# The function mode under which ``t[i, j]`` with tensor or int indices is ``aten.index``.
+INDEX_MODE = "getitem_as_index"
 # Methods whose results depend on tensor data: they end the trace.
 DATA_DEPENDENT = frozenset({"item", "tolist", "numpy", "__bool__", "__int__", "__float__", "nonzero",
                             "unique", "any_", "__index__", "backward", "data_ptr", "untyped_storage"})
@@ -87,6 +90,14 @@ class TensorVar(Var):
                 for i in range(self.fake.shape[0])]
 
     def getitem(self, tx, key):
+        if INDEX_MODE in tx.function_modes or tx.call_log is not None:
+            from fireclay_capture.variables.function_modes import getitem_as_index
+
+            # Inside a vmapped function (a call log is kept), ``t[i]`` with 0-d integer index
+            # tensors is indexing, as torch's vmap runs it, not a select by ``i.item()``.
+            indexed = getitem_as_index(tx, self, key, scalar_indices_only=INDEX_MODE not in tx.function_modes)
+            if indexed is not None:
+                return indexed
         return record_call(tx, "operator.getitem", operator.getitem, [self, key], {})
 
     def setitem(self, tx, key, value):
@@ -297,8 +308,31 @@ def _with_meta_device(fn):
     return run
 
 
+@dataclasses.dataclass(kw_only=True)
+class CallRecord:
+    """One torch call recorded while a vmapped function was traced: what the batching (vmap.py)
+    replays with batched operands."""
+
+    name: str  # the op name, as in ``torch::<name>``
+    fn: Any  # the callable the fakes ran through
+    args: list[Var]
+    kwargs: dict[str, Var]
+    result: Var
+    node: Any  # the node recorded, None when the call folded to a constant
+
+
 def record_call(tx: TraceState, name: str, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
     """Run ``fn`` on fakes and record it as ``torch::<name>``; returns the Var of its result."""
+    if tx.call_log is None:
+        return _record_call(tx, name, fn, args, kwargs)
+    n_nodes = len(tx.graph.nodes)
+    result = _record_call(tx, name, fn, args, kwargs)
+    node = tx.graph.nodes[-1] if len(tx.graph.nodes) > n_nodes else None
+    tx.call_log.append(CallRecord(name=name, fn=fn, args=list(args), kwargs=dict(kwargs), result=result, node=node))
+    return result
+
+
+def _record_call(tx: TraceState, name: str, fn: Any, args: list[Var], kwargs: dict[str, Var]) -> Var:
     if name in DENIED:  # the call runs eagerly: a graph must not hold what no document may run
         raise Unsupported(f"{name} is not an op of the torch dialect (it reaches outside tensors)")
     fake_args = [_to_fake(a) for a in args]
