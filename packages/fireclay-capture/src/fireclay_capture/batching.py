@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, cast
 
 import torch
 
@@ -168,6 +168,21 @@ def _var(value: Any) -> Var:
     return value if isinstance(value, Var) else const(value)
 
 
+def tensors_only(items: Sequence[Var]) -> list[TensorVar] | None:
+    """``items`` when every one of them is a tensor, else None."""
+    tensors = [i for i in items if isinstance(i, TensorVar)]
+    return tensors if len(tensors) == len(items) else None
+
+
+def _tensor_arg(record: CallRecord, index: int) -> TensorVar:
+    """The argument at ``index`` of a call whose op takes a tensor there (the fake run that
+    recorded the call held it to that)."""
+    arg = record.args[index]
+    if not isinstance(arg, TensorVar):
+        raise Unsupported(f"vmap: {record.name} with {arg} where a tensor was expected")
+    return arg
+
+
 def _tensors_in(vs: list[Var]) -> list[TensorVar]:
     out: list[TensorVar] = []
     for v in vs:
@@ -281,8 +296,8 @@ _register(_names("masked_fill"), _pointwise(promoted=lambda r: [], self_shaped=T
 
 def _type_as(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     """``a.type_as(t)`` reads only ``t``'s dtype."""
-    me = b.of(record.args[0])
-    return b.cast(me.var, record.args[1].fake.dtype), me.bdim
+    me = b.of(_tensor_arg(record, 0))
+    return b.cast(me.var, _tensor_arg(record, 1).fake.dtype), me.bdim
 
 
 _register(["Tensor.type_as"], _type_as)
@@ -290,7 +305,7 @@ _register(["Tensor.type_as"], _type_as)
 
 def _to(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     """``t.to(...)``: a tensor argument gives only its dtype and device."""
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     args = [me.var, *(b.of(a).var if isinstance(a, TensorVar) else a for a in record.args[1:])]
     return b.call(record.name, record.fn, args, dict(record.kwargs)), me.bdim
 
@@ -300,7 +315,7 @@ _register(["Tensor.to"], _to)
 
 def _like(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     """``torch.zeros_like(t)`` and kin: the physical tensor's shape, the batch dim where it was."""
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     out = b.call(record.name, record.fn, [me.var, *record.args[1:]], dict(record.kwargs))
     return out, me.bdim
 
@@ -310,7 +325,7 @@ _register(_names("zeros_like", "ones_like", "empty_like", "full_like", roots=("t
 
 def _new_factory(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     """``t.new_ones(size)`` and kin read only ``t``'s dtype and device: one tensor for all."""
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     if _tensors_in([*record.args[1:], *record.kwargs.values()]):
         raise Unsupported(f"vmap: {record.name} with tensor arguments")
     return b.call(record.name, record.fn, [me.var, *record.args[1:]], dict(record.kwargs)), None
@@ -344,7 +359,7 @@ _REDUCTIONS = ("sum", "mean", "amax", "amin", "prod", "any", "all", "max", "min"
 
 
 def _reduction(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     x, n = b.front(me), me.logical_ndim
     dim = _arg(record, 1, "dim", "axis")
     if isinstance(dim, TensorVar):  # torch.max(a, b): elementwise
@@ -380,7 +395,7 @@ def _dim_op(*positions: int, new_dims: int = 0) -> Rule:
     result's batch dim stays first. ``new_dims``: dims the op adds (``unsqueeze``: 1)."""
 
     def rule(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
-        me = b.of(record.args[0])
+        me = b.of(_tensor_arg(record, 0))
         n = me.logical_ndim + new_dims
         args: list[Var] = [b.front(me)]
         for i, a in enumerate(record.args[1:], start=1):
@@ -411,7 +426,7 @@ _register(_names("transpose", "swapaxes", "swapdims", "movedim", "moveaxis"), _d
 
 
 def _flatten(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     if me.logical_ndim == 0 or len(record.args) > 3:
         raise Unsupported(f"vmap: {record.name} of a 0-d tensor or with other arguments")
     start = _constant(_arg(record, 1, "start_dim"), "flatten's start_dim")
@@ -428,7 +443,7 @@ _register(_names("softmax", "log_softmax", roots=("torch.nn.functional",)), _dim
 
 
 def _squeeze(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     dim = _constant(_arg(record, 1, "dim"), "squeeze's dim")
     n = me.logical_ndim
     if dim is None:
@@ -443,7 +458,7 @@ _register(_names("squeeze"), _squeeze)
 
 
 def _permute(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     dims = [_constant(a, "permute's dims") for a in record.args[1:]] or [_constant(record.kwargs.get("dims"), "dims")]
     if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
         dims = list(dims[0])
@@ -455,7 +470,7 @@ _register(_names("permute"), _permute)
 
 def _transposed(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     """``t.T`` / ``t.t()`` (every dim reversed; ``t()`` only up to 2-d) and ``t.mT`` (the last two)."""
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     n, x = me.logical_ndim, b.front(me)
     if record.name == "Tensor.mT":
         return (b.method(x, "transpose", -2, -1) if n >= 2 else x), 0
@@ -482,7 +497,7 @@ def _shape_of(record: CallRecord, what: str) -> list:
 
 def _reshape(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     """``view`` and ``reshape`` (as reshape: the batch dim moved first may not be viewable)."""
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     shape = _shape_of(record, f"{record.name}'s shape")
     return b.method(b.front(me), "reshape", b.size, *shape), 0
 
@@ -491,7 +506,7 @@ _register(_names("view", "reshape"), _reshape)
 
 
 def _expand(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     if record.name.endswith("expand_as"):
         if not isinstance(record.args[1], TensorVar):
             raise Unsupported("vmap: expand_as something other than a tensor")
@@ -509,9 +524,10 @@ _register(_names("expand", "expand_as"), _expand)
 def _concat(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     """``torch.cat`` / ``torch.stack``: unbatched pieces expanded over the batch."""
     pieces = record.args[0]
-    if not isinstance(pieces, BaseListVar) or not all(isinstance(p, TensorVar) for p in pieces.items):
+    tensors = tensors_only(pieces.items) if isinstance(pieces, BaseListVar) else None
+    if tensors is None:
         raise Unsupported(f"vmap: {record.name} of something other than a list of tensors")
-    parts = [b.of(p) for p in pieces.items]
+    parts = [b.of(p) for p in tensors]
     n = parts[0].logical_ndim + (1 if record.name.endswith("stack") else 0)
     dim = _constant(_arg(record, 1, "dim", "axis"), f"{record.name}'s dim")
     physical = ListVar([b.front(p) for p in parts])
@@ -524,9 +540,10 @@ _register(_names("cat", "concat", "concatenate", "stack", roots=("torch",)), _co
 def _matmul(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     """``a @ c``: per-example vectors made matrices and batched operands padded so that the batch
     dim is a leading batch dim of matmul on both sides; the result reshaped to the examples'."""
-    if len(record.args) != 2 or record.kwargs or not all(isinstance(v, TensorVar) for v in record.args):
+    operands = tensors_only(record.args)
+    if len(record.args) != 2 or record.kwargs or operands is None:
         raise Unsupported(f"vmap: {record.name} with other arguments")
-    a, c = (b.of(v) for v in record.args)
+    a, c = (b.of(v) for v in operands)
     if a.logical_ndim == 0 or c.logical_ndim == 0:
         raise Unsupported("vmap: matmul of a 0-d tensor")
     left = a.var if a.bdim is None else b.front(a)
@@ -574,11 +591,12 @@ def _index_tensors(b: Batcher, tensors: list[TensorVar]) -> tuple[list[TensorVar
 def _aten_index(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     """``aten.index(x, [i, j, ...])`` with every index a tensor: the indices' result dims come
     first, so the batch (an index too, when ``x`` is batched) stays in front."""
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     indices = record.args[1]
-    if not isinstance(indices, BaseListVar) or not all(isinstance(i, TensorVar) for i in indices.items):
+    tensors = tensors_only(indices.items) if isinstance(indices, BaseListVar) else None
+    if tensors is None:
         raise Unsupported("vmap: aten.index with an index that is not a tensor")
-    physical, rank, _ = _index_tensors(b, list(indices.items))
+    physical, rank, _ = _index_tensors(b, tensors)
     if me.bdim is not None:
         physical = [_batch_index(b, rank, me.var.device), *physical]
         x = b.front(me)
@@ -590,10 +608,19 @@ def _aten_index(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
 _register(["torch.ops.aten.index.Tensor"], _aten_index)
 
 
+def _int_list(v: Var) -> list[int] | None:
+    """The ints of ``v`` when it is a list of int constants, not empty (in an index: an index
+    tensor), else None."""
+    if not isinstance(v, ListVar) or not v.items:
+        return None
+    ints = [i.value for i in v.items if isinstance(i, ConstVar) and type(i.value) is int]
+    return ints if len(ints) == len(v.items) else None
+
+
 def _getitem(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     """``x[key]``: basic indexing shifts past the batch dim; index tensors follow torch's rule
     (the dims of adjacent index tensors land where the first of them stood, otherwise first)."""
-    me = b.of(record.args[0])
+    me = b.of(_tensor_arg(record, 0))
     key = record.args[1]
     if isinstance(key, ConstVar) and isinstance(key.value, tuple):
         entries: list[Var] = [const(v) for v in key.value]
@@ -601,10 +628,9 @@ def _getitem(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
         entries = list(key.items) if isinstance(key, TupleVar) else [key]
     kinds = []
     for n, e in enumerate(entries):
-        if isinstance(e, ListVar) and e.items and all(
-                isinstance(i, ConstVar) and type(i.value) is int for i in e.items):
-            # a list of ints is an index tensor
-            e = entries[n] = b.call("torch.tensor", torch.tensor, [const([i.value for i in e.items])],
+        ints = _int_list(e)
+        if ints is not None:  # a list of ints is an index tensor
+            e = entries[n] = b.call("torch.tensor", torch.tensor, [const(ints)],
                                     {"dtype": const(torch.int64), "device": const(torch.device(me.var.device))})
         if isinstance(e, TensorVar):
             kinds.append("tensor")
@@ -637,7 +663,7 @@ def _getitem(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
         shift = 0 if me.bdim is None else 1
         for i in reversed(range(len(kinds))):
             if kinds[i] == "int":
-                x = b.method(x, "select", positions[i] + shift, entries[i].value)
+                x = b.method(x, "select", positions[i] + shift, cast(ConstVar, entries[i]).value)
         me = Batched(var=x, bdim=None if me.bdim is None else 0)
         entries = [e for e, k in zip(entries, kinds) if k != "int"]
         kinds = [k for k in kinds if k != "int"]
@@ -648,7 +674,8 @@ def _getitem(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     adjacent = where == list(range(where[0], where[-1] + 1))
     if not adjacent and "none" in kinds:
         raise Unsupported("vmap: indexing with None beside index tensors that are not adjacent")
-    physical, rank, any_batched = _index_tensors(b, [entries[i] for i in where])
+    # (the entries at ``where``, in order: those of kind "tensor")
+    physical, rank, any_batched = _index_tensors(b, [e for e in entries if isinstance(e, TensorVar)])
     new_entries = list(entries)
     for i, p in zip(where, physical):
         new_entries[i] = p

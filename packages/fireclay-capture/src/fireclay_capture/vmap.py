@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from fireclay_capture.batching import Batched, Batcher
+from fireclay_capture.batching import Batched, Batcher, tensors_only
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.variables.base import Var
 from fireclay_capture.variables.containers import BaseListVar, ListVar, TupleVar
@@ -276,8 +276,8 @@ def _outputs(b: Batcher, result: Var, out_dims: Any) -> Var:
     """The batched results, each with its batch dim at its out_dim."""
     if isinstance(result, TensorVar):
         outs, sequence = [result], None
-    elif isinstance(result, BaseListVar) and all(isinstance(i, TensorVar) for i in result.items):
-        outs, sequence = list(result.items), type(result)
+    elif isinstance(result, BaseListVar) and (tensors := tensors_only(result.items)) is not None:
+        outs, sequence = tensors, type(result)
     else:
         raise Unsupported(f"a function given to torch.vmap returns {result}, not tensors")
     if isinstance(out_dims, (tuple, list)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fireclay_capture.errors import ObservedException, Unsupported
@@ -31,7 +32,7 @@ def _index(tx, key: Var, n: int) -> Any:
 
 
 class BaseListVar(Var):
-    def __init__(self, items: list[Var], source: Source | None = None):
+    def __init__(self, items: Sequence[Var], source: Source | None = None):
         self.items = list(items)
         self.source = source
 

@@ -85,11 +85,12 @@ class FunctionModeVar(Var):
         return f"mode {self.cls.__qualname__}()"
 
 
-def _index_leaves(key: Var) -> list[Var] | None:
-    """The leaves of an index as torch's pytree sees them (None has no leaves); None when the
-    index holds something other than tensors, ints, tuples, lists and None."""
+def _index_leaves(key: Var) -> list[TensorVar | ConstVar] | None:
+    """The leaves of an index as torch's pytree sees them (None has no leaves): tensors and int
+    constants; None when the index holds something other than tensors, ints, tuples, lists and
+    None."""
     if isinstance(key, (TupleVar, ListVar)):
-        leaves: list[Var] = []
+        leaves: list[TensorVar | ConstVar] = []
         for item in key.items:
             sub = _index_leaves(item)
             if sub is None:

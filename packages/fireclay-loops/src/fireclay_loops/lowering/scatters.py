@@ -10,16 +10,29 @@ kind a GPU adds atomically everywhere. Boolean results and masks stay library ca
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import sympy
 
 from fireclay_loops import dtypes, exprs
-from fireclay_loops.lowering.context import fallback
+from fireclay_loops.lowering.context import LoweringContext, fallback
 from fireclay_loops.lowering.indexing import _indirect
 from fireclay_loops.lowering.registry import register_lowering
-from fireclay_loops.lowering.values import ConstantValue, GeneratedValue, TensorValue, broadcast_index
+from fireclay_loops.lowering.values import (
+    BufferValue,
+    ConstantValue,
+    GeneratedValue,
+    Index,
+    TensorValue,
+    broadcast_index,
+)
 from fireclay_loops.ops import ops
+
+# What a lowering here returns: the result, or the outputs of the library call it falls back to.
+Lowered = TensorValue | tuple[BufferValue | None, ...]
+# A point of a scatter-add -> the index into the result it adds at, and the value it adds.
+AddAt = Callable[[Index], tuple[Index, Any]]
 
 
 def _sum_dtype(dtype: str) -> str | None:
@@ -34,18 +47,22 @@ def _sum_dtype(dtype: str) -> str | None:
     return dtype
 
 
-def _added(ctx, base: TensorValue, points: list[Any], inner) -> TensorValue:
+def _added(ctx: LoweringContext, base: TensorValue, points: list[Any], inner: AddAt) -> TensorValue:
     """``base`` plus what ``inner(point) -> (index into base, value)`` adds over ``points``."""
     size, dtype, device = ctx.out_meta()
     acc_dtype = _sum_dtype(dtype)
+    assert acc_dtype is not None  # the lowerings fall back for the dtypes that are not summed
     summed = ctx.scatter_add(size, acc_dtype, device, points, inner)
     if isinstance(base, ConstantValue) and base.value == 0:
         if acc_dtype == dtype:
             return summed
-        return GeneratedValue(size, dtype, device, lambda idx, mask=None: ops.to_dtype(summed.load(idx, mask), dtype),
-                              reads=[summed])
 
-    def fn(idx, mask=None):
+        def load(idx: Index, mask: Any = None) -> Any:
+            return ops.to_dtype(summed.load(idx, mask), dtype)
+
+        return GeneratedValue(size, dtype, device, load, reads=[summed])
+
+    def fn(idx: Index, mask: Any = None) -> Any:
         old = ops.to_dtype(base.load(idx, mask), acc_dtype)
         return ops.to_dtype(ops.add(old, summed.load(idx, mask)), dtype)
 
@@ -57,16 +74,17 @@ def _integer_indices(tensors: list[TensorValue]) -> bool:
 
 
 @register_lowering("index_put.default", "index_put.hacked_twin", "_unsafe_index_put.default")
-def lower_index_put(ctx, x, indices, values, accumulate=False):
+def lower_index_put(ctx: LoweringContext, x: TensorValue, indices: list[TensorValue | None], values: TensorValue,
+                    accumulate: bool = False) -> Lowered:
     """``x[indices] += values`` (advanced indexing: index tensors broadcast together, negative
     indices count from the end). Without ``accumulate`` the op is a library call: where indices
     repeat, which value stays is eager's choice."""
     positions = [k for k, t in enumerate(indices) if t is not None]
-    tensors = [indices[k] for k in positions]
+    tensors = [t for t in indices if t is not None]  # the indices at ``positions``
     if not accumulate or not tensors or not _integer_indices(tensors) or _sum_dtype(x.dtype) is None:
         return fallback(ctx)  # (a boolean mask picks a count of elements that the data decides)
     brank = max(t.rank for t in tensors)
-    bshape = []
+    bshape: list[Any] = []
     for j in range(brank):
         sizes = [t.size[j - brank + t.rank] for t in tensors if j - brank + t.rank >= 0]
         wide = [s for s in sizes if not exprs.equal(s, 1)]
@@ -82,7 +100,7 @@ def lower_index_put(ctx, x, indices, values, accumulate=False):
         points = bshape + [x.size[k] for k in rest]
     sites = {k: ctx.check_site(f"dimension {k} of index_put") for k in positions}
 
-    def inner(idx):
+    def inner(idx: Index) -> tuple[Index, Any]:
         bidx = idx[start:start + brank]
         where: list[Any] = [None] * x.rank
         for k, t in zip(positions, tensors):
@@ -97,7 +115,8 @@ def lower_index_put(ctx, x, indices, values, accumulate=False):
 
 
 @register_lowering("index_add.default")
-def lower_index_add(ctx, x, dim, index, source, alpha=1):
+def lower_index_add(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue, source: TensorValue,
+                    alpha: complex | sympy.Basic = 1) -> Lowered:
     """``x`` with ``alpha * source[..., i, ...]`` added at ``index[i]`` along ``dim``."""
     if not x.rank or source.rank != x.rank or _sum_dtype(x.dtype) is None or not _integer_indices([index]) or (
             isinstance(alpha, sympy.Basic) and not isinstance(alpha, sympy.Number)):
@@ -106,7 +125,7 @@ def lower_index_add(ctx, x, dim, index, source, alpha=1):
     site = ctx.check_site(f"dimension {dim} of index_add")
     compute = dtypes.compute_dtype(x.dtype)
 
-    def inner(idx):
+    def inner(idx: Index) -> tuple[Index, Any]:
         where = list(idx)
         where[dim] = _indirect(ctx, index, [idx[dim]] if index.rank else [], x.size[dim], None, False, site)
         value = ops.to_dtype(source.load(idx), compute)
@@ -118,7 +137,8 @@ def lower_index_add(ctx, x, dim, index, source, alpha=1):
 
 
 @register_lowering("scatter_add.default")
-def lower_scatter_add(ctx, x, dim, index, src):
+def lower_scatter_add(ctx: LoweringContext, x: TensorValue, dim: int, index: TensorValue,
+                      src: TensorValue) -> Lowered:
     """``x`` with ``src[p]`` added at ``p`` with ``index[p]`` in place of its ``dim``-th
     coordinate, for every point ``p`` of ``index``."""
     if not x.rank or index.rank != x.rank or _sum_dtype(x.dtype) is None or not _integer_indices([index]):
@@ -126,7 +146,7 @@ def lower_scatter_add(ctx, x, dim, index, src):
     dim = dim % x.rank
     site = ctx.check_site(f"dimension {dim} of scatter_add")
 
-    def inner(idx):
+    def inner(idx: Index) -> tuple[Index, Any]:
         where = list(idx)
         where[dim] = _indirect(ctx, index, idx, x.size[dim], None, False, site)
         return where, src.load(idx)
@@ -135,7 +155,9 @@ def lower_scatter_add(ctx, x, dim, index, src):
 
 
 @register_lowering("embedding_dense_backward.default")
-def lower_embedding_dense_backward(ctx, grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+def lower_embedding_dense_backward(ctx: LoweringContext, grad_output: TensorValue, indices: TensorValue,
+                                   num_weights: int | sympy.Expr, padding_idx: int | sympy.Expr,
+                                   scale_grad_by_freq: bool) -> Lowered:
     """The weight's gradient: each index's row of ``grad_output`` added at that row. Like
     eager, indices outside ``[0, num_weights)`` and ``padding_idx`` add nothing (the forward
     refused the former)."""
@@ -145,7 +167,7 @@ def lower_embedding_dense_backward(ctx, grad_output, indices, num_weights, paddi
         return fallback(ctx)  # (scaled: by each index's count over the batch)
     k = indices.rank
 
-    def inner(idx):
+    def inner(idx: Index) -> tuple[Index, Any]:
         i = ops.to_dtype(indices.load(list(idx[:k])), "int64")
         valid = ops.logical_and(ops.ge(i, ops.constant(0, "int64")),
                                 ops.lt(i, ops.to_dtype(ops.index_expr(size[0], "int64"), "int64")))

@@ -107,7 +107,10 @@ class ConstantValue(GeneratedValue):
     scatter-add into zeros is its sum alone)."""
 
     def __init__(self, value: Any, size: Sequence[Any], dtype: str, device: str):
-        super().__init__(size, dtype, device, lambda idx, mask=None: ops.constant(value, dtype))
+        def constant(idx: Index, mask: Any = None) -> Any:
+            return ops.constant(value, dtype)
+
+        super().__init__(size, dtype, device, constant)
         self.value = value
 
 
