@@ -38,7 +38,7 @@ import torch
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.variables.base import ConstVar, Var, const
 from fireclay_capture.variables.containers import BaseListVar, ListVar, TupleVar
-from fireclay_capture.variables.tensor import CallRecord, TensorVar, record_call
+from fireclay_capture.variables.tensor import CallRecord, TensorVar, record_call, tensors_in
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -101,7 +101,7 @@ class Batcher:
         if _draws_random_numbers(record):
             # torch's vmap draws per example or once (its ``randomness``), or refuses: left to it.
             raise Unsupported(f"vmap: {record.name} draws random numbers inside a function given to torch.vmap")
-        tensors = _tensors_in([*record.args, *record.kwargs.values()])
+        tensors = tensors_in([*record.args, *record.kwargs.values()])
         if all(self.of(t).bdim is None for t in tensors):
             out = self.call(record.name, record.fn, [self.physical(a) for a in record.args],
                             {k: self.physical(v) for k, v in record.kwargs.items()})
@@ -183,16 +183,6 @@ def _tensor_arg(record: CallRecord, index: int) -> TensorVar:
     return arg
 
 
-def _tensors_in(vs: list[Var]) -> list[TensorVar]:
-    out: list[TensorVar] = []
-    for v in vs:
-        if isinstance(v, TensorVar):
-            out.append(v)
-        elif isinstance(v, BaseListVar):
-            out.extend(_tensors_in(v.items))
-    return out
-
-
 def _constant(v: Var | None, what: str) -> Any:
     if v is None:
         return None
@@ -222,7 +212,7 @@ def _pointwise(promoted: Callable[[CallRecord], list[Var]] | None = None, self_s
     (``masked_fill``), so an unbatched ``self`` is expanded over the batch first."""
 
     def rule(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
-        tensors = _tensors_in([*record.args, *record.kwargs.values()])
+        tensors = tensors_in([*record.args, *record.kwargs.values()])
         batched = {id(t): b.of(t) for t in tensors}
         rank = max(bt.logical_ndim for bt in batched.values())
         operands = promoted(record) if promoted is not None else [*record.args, *record.kwargs.values()]
@@ -326,7 +316,7 @@ _register(_names("zeros_like", "ones_like", "empty_like", "full_like", roots=("t
 def _new_factory(b: Batcher, record: CallRecord) -> tuple[Var, int | None]:
     """``t.new_ones(size)`` and kin read only ``t``'s dtype and device: one tensor for all."""
     me = b.of(_tensor_arg(record, 0))
-    if _tensors_in([*record.args[1:], *record.kwargs.values()]):
+    if tensors_in([*record.args[1:], *record.kwargs.values()]):
         raise Unsupported(f"vmap: {record.name} with tensor arguments")
     return b.call(record.name, record.fn, [me.var, *record.args[1:]], dict(record.kwargs)), None
 

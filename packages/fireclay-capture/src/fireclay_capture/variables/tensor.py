@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import operator
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -237,13 +238,14 @@ def _to_ir(v: Var) -> Any:
     raise Unsupported(f"passing {v} to a torch function")
 
 
-def _tensors_in(vs) -> list[TensorVar]:
+def tensors_in(vs: Sequence[Var]) -> list[TensorVar]:
+    """The tensors among ``vs``, looking into lists and tuples."""
     out: list[TensorVar] = []
     for v in vs:
         if isinstance(v, TensorVar):
             out.append(v)
         elif isinstance(v, BaseListVar):
-            out.extend(_tensors_in(v.items))
+            out.extend(tensors_in(v.items))
     return out
 
 
@@ -276,7 +278,7 @@ def _output_device(name: str, args: list[Var], kwargs: dict[str, Var], fake_args
                     and _is_device_like(a.as_python_constant()):
                 dev = a.as_python_constant()
                 return device_str(f"cuda:{dev}" if isinstance(dev, int) else dev)
-    tensors = _tensors_in(list(args) + list(kwargs.values()))
+    tensors = tensors_in(list(args) + list(kwargs.values()))
     devices = [t.device for t in tensors]
     for d in devices:
         if d != "cpu":
@@ -344,7 +346,7 @@ def _record_call(tx: TraceState, name: str, fn: Any, args: list[Var], kwargs: di
         return _record_symbolic(tx, name, fn, fake_args, fake_kwargs, ir_args, ir_kwargs, device)
     fake_args, fake_kwargs = _meta_device_args(name, fake_args, fake_kwargs)
     run = (lambda t: t) if name in ("Tensor.cuda", "Tensor.cpu") else fn
-    if name.startswith("torch.") and "device" not in fake_kwargs and not _tensors_in(list(args) + list(kwargs.values())):
+    if name.startswith("torch.") and "device" not in fake_kwargs and not tensors_in(list(args) + list(kwargs.values())):
         # A factory with no device argument makes its tensor on the meta device for the fake run.
         run = _with_meta_device(run)
     from fireclay_shapes.torch import CachedMetaKernels
