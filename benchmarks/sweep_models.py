@@ -286,6 +286,7 @@ def input_candidates(model: torch.nn.Module, config: Any, seed: int = 0) -> Iter
     decoder input, pixels, a mask, and the other layout of audio features."""
     fillers = _fillers()
     main = getattr(model, "main_input_name", "input_ids")
+    mains = list(main) if isinstance(main, (list, tuple)) else [main]  # OneFormer names two
     try:
         params = inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -299,7 +300,7 @@ def input_candidates(model: torch.nn.Module, config: Any, seed: int = 0) -> Iter
             extras.append(optional)
     seen: set[tuple[str, ...]] = set()
     for extra in extras:
-        names = tuple(dict.fromkeys([main, *required, *extra]))
+        names = tuple(dict.fromkeys([*mains, *required, *extra]))
         if names in seen:
             continue
         seen.add(names)

@@ -298,6 +298,22 @@ def test_sweep_rebuilds_derived_config_values_and_makes_pixels():
         model(**candidate.kwargs)
 
 
+def test_sweep_inputs_of_a_model_naming_several_main_inputs():
+    transformers = pytest.importorskip("transformers")
+    from benchmarks.sweep_models import input_candidates, shrink_config
+
+    class TwoMainInputs(torch.nn.Module):
+        main_input_name = ["pixel_values", "input_ids"]  # a list, as OneFormer's
+
+        def forward(self, pixel_values, input_ids=None):
+            return pixel_values.sum() + input_ids.sum()
+
+    config = transformers.ViTConfig()
+    shrink_config(config)
+    candidate = next(input_candidates(TwoMainInputs(), config))
+    assert list(candidate.kwargs) == ["pixel_values", "input_ids"]
+
+
 def test_sweep_sizes_skip_sub_configs_that_fail_to_build():
     """A sub-config built on attribute access that does not validate at the tiny sizes
     (WavTokenizer's encoder_config) is no source of sizes; it used to end the architecture as a

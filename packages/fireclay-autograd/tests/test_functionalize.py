@@ -84,6 +84,24 @@ def mut_unsqueeze_then_write(a):
     return y
 
 
+def mut_squeeze_dim(a):
+    y = a * 1
+    y.squeeze_(0)  # squeeze_.dim: one int
+    return y + 1
+
+
+def mut_squeeze_all(a):
+    y = a * 1
+    y.squeeze_()  # squeeze_.default: no dim
+    return y * 2
+
+
+def mut_squeeze_dims(a):
+    y = a * 1
+    y.squeeze_((0, 2))  # squeeze_.dims: a list
+    return y - 1
+
+
 def mut_index_put(x, i):
     x.index_put_((i,), torch.tensor(0.5))
     return x * 2
@@ -115,6 +133,9 @@ MUTATIONS = [
     (mut_copy_from, lambda: [torch.randn(3, 4), torch.randn(3, 4)]),
     (mut_metadata, lambda: [torch.randn(3, 4)]),
     (mut_unsqueeze_then_write, lambda: [torch.randn(3, 4)]),
+    (mut_squeeze_dim, lambda: [torch.randn(1, 3, 4)]),
+    (mut_squeeze_all, lambda: [torch.randn(1, 3, 1)]),
+    (mut_squeeze_dims, lambda: [torch.randn(1, 3, 1, 2)]),
     (mut_index_put, lambda: [torch.randn(5, 2), torch.tensor([0, 3])]),
     (mut_masked_fill_, lambda: [torch.randn(3, 4), torch.rand(3, 4) > 0.5]),
     (mut_intermediate_twice, lambda: [torch.randn(3, 4)]),

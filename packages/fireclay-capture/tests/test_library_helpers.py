@@ -155,6 +155,28 @@ def test_tensor_type_is_a_cast_in_one_graph(fn, dtype):
     assert compiled.stats.captures == 1
 
 
+PYTHON_TYPE_DTYPES = [
+    ("zeros int", lambda x: torch.zeros(x.shape[0], dtype=int) + x.sum().long()),  # Llama 4's chunked mask
+    ("full float", lambda x: torch.full((2,), 0.5, dtype=float) * x[0, 0]),
+    ("ones_like bool", lambda x: torch.ones_like(x, dtype=bool) & (x > 0)),
+    ("to int", lambda x: (x * 4).to(int) + 1),
+    ("ones complex", lambda x: torch.ones(3, dtype=complex) * x.sum()),
+]
+
+
+@pytest.mark.parametrize("fn", [f for _, f in PYTHON_TYPE_DTYPES], ids=[n for n, _ in PYTHON_TYPE_DTYPES])
+def test_a_python_number_type_as_dtype_is_in_the_graph(fn):
+    """torch reads ``int``, ``float``, ``bool`` and ``complex`` given for a dtype as int64, float64,
+    bool and complex128."""
+    compiled = capture(fn, fullgraph=True)
+    for _ in range(2):
+        x = torch.randn(3, 2)
+        got, want = compiled(x), fn(x)
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+    assert compiled.stats.captures == 1
+
+
 def test_a_denied_tensor_method_runs_eagerly_not_in_the_graph():
     def fn(x):
         y = x * 2

@@ -194,6 +194,35 @@ def test_attributes_computed_in_python_are_read_and_guarded(fn, make):
     assert f.stats.captures == 2
 
 
+class _LayerKinds(_Aliased):
+    """A property that builds a new list on every read, behind ``__getattribute__`` (Jamba's
+    ``config.layer_types``): each read is another object reached through one source."""
+
+    def __init__(self, n):
+        super().__init__(1.0)
+        self.n = n
+
+    @property
+    def kinds(self):
+        return ["attention" if i % 2 else "mamba" for i in range(self.n)]
+
+
+def _per_layer_kind(cfg, x):
+    for i in range(cfg.n):
+        x = x * 2 if cfg.kinds[i] == "attention" else x + 1
+    return x
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_property_making_a_new_list_per_read_is_read_each_time(n):
+    f = capture(_per_layer_kind, fullgraph=True)
+    cfg = _LayerKinds(n)
+    for _ in range(2):
+        x = torch.randn(4)
+        torch.testing.assert_close(f(cfg, x), _per_layer_kind(cfg, x))
+    assert f.stats.captures == 1
+
+
 class _Celsius:
     __slots__ = ("_kelvin",)
 

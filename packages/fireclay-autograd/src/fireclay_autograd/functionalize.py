@@ -34,13 +34,16 @@ from fireclay_autograd.fake import FakeMode, FakeTensor, fake_of_meta, mode_for,
 from fireclay_autograd.tracer import functional_variant
 from fireclay_ir import DType, Graph, IRError, Node, SymExpr, Value, iter_values, map_values
 
-# In-place ops that only change a tensor's metadata; they rebind it to this view of itself.
+# In-place ops that only change a tensor's metadata, by overload (their arguments differ: squeeze_
+# takes no dim, an int or a list); they rebind the tensor to this view of itself.
 _METADATA_MUTATIONS = {
-    "t_": "aten::permute.default",
-    "transpose_": "aten::transpose.int",
-    "unsqueeze_": "aten::unsqueeze.default",
-    "squeeze_": "aten::squeeze.dims",
-    "as_strided_": "aten::as_strided.default",
+    "t_.default": "aten::permute.default",
+    "transpose_.default": "aten::transpose.int",
+    "unsqueeze_.default": "aten::unsqueeze.default",
+    "squeeze_.default": "aten::squeeze.default",
+    "squeeze_.dim": "aten::squeeze.dim",
+    "squeeze_.dims": "aten::squeeze.dims",
+    "as_strided_.default": "aten::as_strided.default",
 }
 # Views whose inverse is "reshape back to the base's shape".
 _RESHAPING_VIEWS = frozenset({
@@ -300,11 +303,12 @@ class _Functionalizer:
     def visit_mutation(self, node: Node, overload, writes: list[int]) -> None:
         name = overload._opname
         targets = [self._written_arg(node, overload, i) for i in writes]
-        if name in _METADATA_MUTATIONS:
+        view = _METADATA_MUTATIONS.get(f"{name}.{overload._overloadname}")
+        if view is not None:
             alias = self.env[targets[0]]
             rank = len(node.args[0].meta.shape)
             args = [list(range(rank))[::-1]] if name == "t_" else list(node.args[1:])
-            step = ViewStep(_METADATA_MUTATIONS[name], tuple(args), tuple(sorted(node.kwargs.items())))
+            step = ViewStep(view, tuple(args), tuple(sorted(node.kwargs.items())))
             value = self.emit1(step.op, self.read(alias), *step.args, **dict(step.kwargs))
             rebound = _Alias(alias.base, alias.chain + (step,), value, alias.base.version)
             self.env[targets[0]] = rebound

@@ -36,7 +36,9 @@ class AliasTable:
         self._by_id[id(value)] = (value, var)
 
     def guard_distinct(self) -> None:
-        """Objects seen as different stay different (``a is b`` was answered False)."""
-        sources = [var.source for _, var in self._by_id.values()]
+        """Objects seen as different stay different (``a is b`` was answered False). A source
+        named once: reads of one source gave different objects where an attribute is computed
+        anew on each read (a property behind ``__getattribute__``), and a guard reads it once."""
+        sources = list(dict.fromkeys(var.source for _, var in self._by_id.values()))
         if len(sources) > 1:
             self._guards.distinct(sources)

@@ -19,6 +19,7 @@ import torch
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.variables.base import ConstVar, Var, const, is_constant_value
 from fireclay_capture.variables.containers import BaseListVar, DictVar, ListVar, TupleVar
+from fireclay_capture.variables.functions import BuiltinVar
 from fireclay_ir import Device, DType, Layout, MemoryFormat, ScalarType, TensorMeta, Value
 from fireclay_ir.dialects.torch import DENIED
 
@@ -186,11 +187,21 @@ def _tensor_type(tx: TraceState, t: TensorVar, args: list[Var], kwargs: dict[str
 # --------------------------------------------------------------------------- recording
 
 
+# Python number types torch takes for a dtype (``torch.zeros(n, dtype=int)``), as the dtype it reads.
+_PYTHON_TYPE_DTYPES = {int: torch.int64, float: torch.float64, bool: torch.bool, complex: torch.complex128}
+
+
+def _python_type_dtype(v: Var) -> torch.dtype | None:
+    return _PYTHON_TYPE_DTYPES.get(v.fn) if isinstance(v, BuiltinVar) and isinstance(v.fn, type) else None
+
+
 def _to_fake(v: Var) -> Any:
     if isinstance(v, TensorVar):
         return v.fake
     if isinstance(v, ConstVar):
         return v.value
+    if (dtype := _python_type_dtype(v)) is not None:
+        return dtype
     if isinstance(v, BaseListVar):
         items = [_to_fake(i) for i in v.items]
         return items if isinstance(v, ListVar) else tuple(items)
@@ -232,6 +243,8 @@ def _to_ir(v: Var) -> Any:
         return v.value
     if isinstance(v, ConstVar):
         return to_ir_arg(v.value)
+    if (dtype := _python_type_dtype(v)) is not None:
+        return to_ir_arg(dtype)
     if isinstance(v, BaseListVar):
         items = [_to_ir(i) for i in v.items]
         return items if isinstance(v, ListVar) else tuple(items)
