@@ -4,7 +4,8 @@ Built on fireclay-loops' kernel-emission kit (:mod:`fireclay_loops.backend`): no
 replayed on :class:`~fireclay_cpp.op_templates.CppOps`, the op templates, and the kit's scopes
 place each C++ declaration where it is first needed, one reduction loop per stage. A value placed
 in a loop is recomputed in each later loop that reads it (which is how internal buffers read by
-later loops never reach memory). The scopes:
+later loops never reach memory), except in rows short enough to keep: see :class:`RowCache`. The
+scopes:
 
 * the *outer* scope runs once per point of the outer (``x``) loops: pointwise nodes that do not
   touch a reduction variable, and everything after a reduction loop (its epilogue);
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import sympy
@@ -48,6 +49,35 @@ from fireclay_shapes import cpp_code
 
 PARALLEL_MIN_WORK = 16384  # points of work below which the OpenMP fork costs more than it saves
 SPLIT_REDUCTION_MIN = 4096  # reduction length from which a lone reduction is split over threads
+ROW_CACHE_MAX = 1024  # longest reduction row whose values later loops read from a local array
+_CACHED_TYPES = ("float", "double")
+
+
+@dataclass(kw_only=True)
+class RowCache:
+    """Values a later reduction loop of a row would recompute, kept instead in local arrays of
+    one row (``float fc_row0[16];``): the loop that first computes one stores it, later loops
+    read it. A softmax over a gathered, masked score (Swin's windows: rows of 16) otherwise
+    redoes the gather, the mask's index arithmetic and the ``exp`` in each of its three loops.
+    Only floating-point values are kept: an index read from a loop that its failed bounds scan
+    skipped would be garbage, a float is only a wrong number in a call that raises anyway."""
+
+    arrays: list[str] = field(default_factory=list)  # declarations, once per row
+    stores: dict[int, list[tuple[CValue, str]]] = field(default_factory=dict)  # stage -> (value, array)
+    loads: dict[int, list[tuple[CValue, str]]] = field(default_factory=dict)
+
+
+def _loop_closure(roots: list) -> set:
+    """The values a reduction loop computes to get ``roots``: those that vary along it."""
+    seen: set = set()
+    pending = [v for v in roots if v.in_loop()]
+    while pending:
+        v = pending.pop()
+        if v in seen or not v.in_loop():
+            continue
+        seen.add(v)
+        pending.extend(v.deps)
+    return seen
 
 
 @dataclass(kw_only=True)
@@ -132,19 +162,56 @@ class CppKernelGen(KernelEmitter):
             if not split and (a.kind == "welford" or a.plain_sum):
                 a.add_stmt.code = f"{a.name}_sum += ({a.ctype})({a.value.name});"
         outer = Scope()
-        for plan in plans:
-            self._emit_stage(plan, rs, split, outer)
+        rows = self._row_cache(plans, rs, split)
+        outer.lines.extend(rows.arrays)
+        for stage, plan in enumerate(plans):
+            self._emit_stage(plan, rs, split, outer, rows.loads.get(stage, []), rows.stores.get(stage, []))
         return self._function(xs, rs, outer.lines, split)
 
-    def _emit_stage(self, plan: StagePlan, rs, split, outer: Scope) -> None:
+    def _row_cache(self, plans: list[StagePlan], rs: list[str], split: bool) -> RowCache:
+        """Which values of the row's loops later loops read from a local array (see RowCache):
+        for each loop, the values of earlier loops it uses directly, the frontier of what it
+        would otherwise recompute."""
+        rows = RowCache()
+        rnumel = sympy.sympify(self.kernel.rnumel)
+        if split or len(rs) != 1 or len(plans) < 2 or not rnumel.is_Integer or int(rnumel) > ROW_CACHE_MAX:
+            return rows
+        earlier: dict = {}  # value -> the stage whose loop first computes it
+        arrays: dict = {}  # value -> its array
+        for stage, plan in enumerate(plans):
+            computed = _loop_closure(plan.in_loop)
+            for user in computed:
+                if user in earlier:
+                    continue
+                for v in user.deps:
+                    if v in arrays or v not in earlier or not isinstance(v, CValue):
+                        continue
+                    if v.ctype not in _CACHED_TYPES or v.loaded is not None or not v.name:
+                        continue  # (a plain load costs what reading the array would)
+                    array = arrays[v] = f"fc_row{len(arrays)}"
+                    rows.arrays.append(f"{v.ctype} {array}[{int(rnumel)}];")
+                    rows.stores.setdefault(earlier[v], []).append((v, array))
+                    rows.loads.setdefault(stage, []).append((v, array))
+            for v in computed:
+                earlier.setdefault(v, stage)
+        return rows
+
+    def _emit_stage(self, plan: StagePlan, rs, split, outer: Scope, loads: list[tuple[CValue, str]] = (),
+                    stores: list[tuple[CValue, str]] = ()) -> None:
         k = self.kernel
         lines = outer.lines
         outer.place_all(plan.before)
         loop = Scope(parent=outer)
+        for v, array in loads:  # computed by an earlier loop of this row (see RowCache)
+            loop.lines.append(f"const {v.ctype} {v.name} = {array}[r0];")
+            loop.seen.add(v)
         # (a split loop runs over threads: its checks stay one per index, as do those of a
         # kernel without a reduction loop, whose innermost loop generate() scans instead)
         self._unchecked(bool(rs) and not split)
         loop.place_all(plan.in_loop)
+        for v, array in stores:
+            loop.place(v)
+            loop.lines.append(f"{array}[r0] = {v.name};")
         self._unchecked(False)
         accs = [a for a in self.accumulators if a.add_stmt in loop.seen]
         lines.extend(f"{a.decl_type} {a.name};" for a in accs)
