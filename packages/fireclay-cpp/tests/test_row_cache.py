@@ -58,6 +58,7 @@ def test_a_short_row_gathers_and_exponentiates_once(row, heads, dtype, masked):
     b, program, inputs = _build(row, heads, dtype, masked)
     compiled = fireclay_cpp.compile_program(program)
     kernel = _kernel_reading(compiled.cpp_sources[0], "in_table")
+    assert fireclay_cpp.compile_program(program).cpp_sources == compiled.cpp_sources  # one text, one cache key
     loops = 1 if row <= ROW_CACHE_MAX else 3  # max, sum of exp, normalise
     assert kernel.count("in_table[") == loops, kernel
     assert kernel.count("fc_exp(") == (1 if row <= ROW_CACHE_MAX else 2), kernel

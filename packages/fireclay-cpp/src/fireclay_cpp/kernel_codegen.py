@@ -67,16 +67,17 @@ class RowCache:
     loads: dict[int, list[tuple[CValue, str]]] = field(default_factory=dict)
 
 
-def _loop_closure(roots: list) -> set:
-    """The values a reduction loop computes to get ``roots``: those that vary along it."""
-    seen: set = set()
-    pending = [v for v in roots if v.in_loop()]
+def _loop_closure(roots: list) -> dict:
+    """The values a reduction loop computes to get ``roots``: those that vary along it (a dict
+    for a deterministic order: the generated source, and so its cache key, must not vary)."""
+    seen: dict = {}
+    pending = [v for v in reversed(roots) if v.in_loop()]
     while pending:
         v = pending.pop()
         if v in seen or not v.in_loop():
             continue
-        seen.add(v)
-        pending.extend(v.deps)
+        seen[v] = None
+        pending.extend(reversed(v.deps))
     return seen
 
 
@@ -180,18 +181,21 @@ class CppKernelGen(KernelEmitter):
         arrays: dict = {}  # value -> its array
         for stage, plan in enumerate(plans):
             computed = _loop_closure(plan.in_loop)
+            loaded: set = set()
             for user in computed:
                 if user in earlier:
                     continue
                 for v in user.deps:
-                    if v in arrays or v not in earlier or not isinstance(v, CValue):
+                    if v not in earlier or not isinstance(v, CValue) or v in loaded:
                         continue
                     if v.ctype not in _CACHED_TYPES or v.loaded is not None or not v.name:
                         continue  # (a plain load costs what reading the array would)
-                    array = arrays[v] = f"fc_row{len(arrays)}"
-                    rows.arrays.append(f"{v.ctype} {array}[{int(rnumel)}];")
-                    rows.stores.setdefault(earlier[v], []).append((v, array))
-                    rows.loads.setdefault(stage, []).append((v, array))
+                    if v not in arrays:
+                        arrays[v] = f"fc_row{len(arrays)}"
+                        rows.arrays.append(f"{v.ctype} {arrays[v]}[{int(rnumel)}];")
+                        rows.stores.setdefault(earlier[v], []).append((v, arrays[v]))
+                    loaded.add(v)
+                    rows.loads.setdefault(stage, []).append((v, arrays[v]))
             for v in computed:
                 earlier.setdefault(v, stage)
         return rows
