@@ -296,6 +296,40 @@ def test_a_break_inside_a_called_module_splits_the_caller(inner):
     assert [c.code.co_qualname for c in captured].count(f"{inner.__name__}.forward") == 1
 
 
+class Sequenced(torch.nn.Module):
+    """torchvision's layout: the model calls ``nn.Sequential`` stages (torch's code) whose user
+    blocks break inside."""
+
+    def __init__(self, container):
+        super().__init__()
+        self.features = container(Block(), Outer(Router()), torch.nn.ReLU(), Block())
+
+    def forward(self, x):
+        return self.features(x).cos()
+
+
+def _feature_stages(*modules):
+    return torch.nn.Sequential(torch.nn.Sequential(*modules[:2]), *modules[2:])
+
+
+@pytest.mark.parametrize("container", [torch.nn.Sequential, _feature_stages], ids=["flat", "nested"])
+def test_user_modules_inside_torch_containers_are_captured_after_a_break(container):
+    # TorchDynamo's frame hook stays on inside torch.nn's containers: the blocks they call are
+    # captured on their own, not run eagerly with the container
+    model = Sequenced(container)
+    compiled = capture(model)
+    for _ in range(3):
+        x = torch.randn(2, 3, 4)
+        torch.testing.assert_close(compiled(x), model(x))
+    captured, pending = [], [compiled]
+    while pending:
+        captured.append(pending.pop())
+        pending.extend(captured[-1].children)
+    names = [c.code.co_qualname for c in captured]
+    assert sum(c.stats.fallbacks for c in captured) == 0  # no frame runs eagerly
+    assert names.count("Router.forward") == 1 and "Sequential.forward" in names
+
+
 def test_a_break_inside_a_comprehension_runs_it_as_it_is():
     # The comprehension's own code (parameter ".0") is the break's callee: it runs as it is.
     def fn(x):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import types
 import warnings
 
 import pytest
@@ -264,3 +265,41 @@ def test_numpy_ufuncs_on_python_numbers_are_constants(value):
     compiled = capture(fn, fullgraph=True)
     x = torch.randn(4)
     torch.testing.assert_close(compiled(x), fn(x))
+
+
+def _log_usage(obj):
+    # torchvision.utils._log_api_usage_once, as its layers call it in forward
+    module = obj.__module__
+    name = obj.__class__.__name__
+    if isinstance(obj, types.FunctionType):
+        name = obj.__name__
+    torch._C._log_api_usage_once(f"{module}.{name}")
+
+
+def _depth_scaled(x, p):
+    _log_usage(_depth_scaled)
+    return x * (1 - p)
+
+
+def _usage_of_a_nested_function(x):
+    def inner(y):
+        return y.sin()
+
+    _log_usage(inner)
+    return inner(x)
+
+
+USAGE_LOGGING = [
+    ("module-level function", lambda x: _depth_scaled(x, 0.25).cos()),
+    ("nested function", _usage_of_a_nested_function),
+    ("type name of a function", lambda x: x * len(_depth_scaled.__class__.__name__)),
+]
+
+
+@pytest.mark.parametrize("fn", [f for _, f in USAGE_LOGGING], ids=[n for n, _ in USAGE_LOGGING])
+def test_usage_logging_of_library_layers_stays_in_one_graph(fn):
+    compiled = capture(fn, fullgraph=True)
+    for _ in range(2):
+        x = torch.randn(3, 2)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert compiled.stats.captures == 1

@@ -402,8 +402,8 @@ class CapturedFunction(CaptureWrapper):
     def _module_callee(self, module: torch.nn.Module) -> Any:
         forward = getattr(type(module), "forward", None)
         if not isinstance(forward, types.FunctionType) or getattr(forward, "_fireclay_eager", False) \
-                or _is_library(forward.__module__ or "") or suspends(forward.__code__) \
-                or "forward" in vars(module):
+                or (_is_library(forward.__module__ or "") and not _is_torch_container(module)) \
+                or suspends(forward.__code__) or "forward" in vars(module):
             return module  # torch's own layers (an LSTM breaks inside), or a forward set on the instance
         if _hooks_of(module):
             return module  # hooks run around forward (FSDP2's gathers): called as it is, as before the break
@@ -450,6 +450,13 @@ def _plain_parameters(code: types.CodeType) -> bool:
     n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & CO_VARARGS) \
         + bool(code.co_flags & CO_VARKEYWORDS)
     return all(name.isidentifier() for name in code.co_varnames[:n])
+
+
+def _is_torch_container(module: torch.nn.Module) -> bool:
+    """A module of torch.nn that calls modules of its own (``nn.Sequential``, a
+    ``TransformerEncoder``): captured like user code, so that the user's blocks it calls after a
+    break are captured too (TorchDynamo's frame hook stays on inside torch.nn)."""
+    return type(module).__module__.startswith("torch.nn.") and next(module.children(), None) is not None
 
 
 def _is_library(module_name: str) -> bool:

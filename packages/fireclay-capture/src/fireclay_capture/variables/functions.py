@@ -70,6 +70,10 @@ class UserFunctionVar(Var):
             return const(self.fn.__name__)
         if name in ("__qualname__", "__module__", "__doc__", "__code__"):
             return const(getattr(self.fn, name))
+        if name == "__class__":  # torchvision's usage logging names a function by its type's name
+            from fireclay_capture.variables.objects import ClassVar
+
+            return ClassVar(type(self.fn))
         if name == "__wrapped__" and hasattr(self.fn, "__wrapped__"):
             return tx.wrap(self.fn.__wrapped__, AttrSource(self.source, name) if self.source else None)
         raise Unsupported(f"reading attribute {name!r} of function {self.fn.__qualname__}")
@@ -142,6 +146,12 @@ class NestedFunctionVar(Var):
     def getattr(self, tx, name):
         if name in ("__name__", "__qualname__"):
             return const(getattr(self.code, "co_" + name.strip("_")))
+        if name == "__module__":  # what MAKE_FUNCTION sets: the defining module's name
+            return const(self.f_globals.get("__name__"))
+        if name == "__class__":
+            from fireclay_capture.variables.objects import ClassVar
+
+            return ClassVar(types.FunctionType)
         raise Unsupported(f"reading attribute {name!r} of a nested function")
 
     def __repr__(self):

@@ -112,6 +112,8 @@ TRACE_TIME_FUNCTIONS: dict[Any, Any] = {
     torch.cuda.is_available: torch.cuda.is_available,
     torch.is_storage: _false,
     torch._C._get_tracing_state: _none,
+    # usage telemetry (torchvision's layers call it in forward): nothing a graph computes
+    torch._C._log_api_usage_once: _none,
     # functorch's transform stack (vmap, grad) as the trace sees it: torch.autograd.Function and
     # library helpers branch on it, the way TorchDynamo answers it (a constant of the trace).
     torch._C._are_functorch_transforms_active: torch._C._are_functorch_transforms_active,
