@@ -114,11 +114,23 @@ def test_program_choice_follows_config_and_device():
         config.channels_last = saved
 
 
-@pytest.mark.parametrize("dtype,expected", [(torch.float32, False), (torch.bfloat16, True), (torch.float16, True)])
-def test_on_cuda_only_16_bit_convolutions_change_layout(dtype, expected):
+CUDA_CASES = [
+    # (program, dtype, channels-last on CUDA)
+    ("strided_conv_bias", torch.float32, True),  # inference: TF32 outputs within float32's tolerance
+    ("training_forward", torch.float32, False),  # weight gradients 6e-2 off eager's with TF32 NHWC
+    ("training_backward", torch.float32, False),
+    ("strided_conv_bias", torch.bfloat16, True),
+    ("training_forward", torch.bfloat16, True),
+    ("training_backward", torch.float16, True),
+]
+
+
+@pytest.mark.parametrize("name,dtype,expected", CUDA_CASES, ids=[f"{n}-{str(d)[6:]}" for n, d, _ in CUDA_CASES])
+def test_on_cuda_float32_training_keeps_eager_layout(name, dtype, expected):
     """cuDNN runs TF32 kernels for channels-last float32 convolutions where eager's NCHW calls
-    mostly do not (weight gradients 6e-2 off eager's): float32 keeps eager's layout on CUDA."""
-    case = next(c for c in PROGRAMS if c.name == "strided_conv_bias")
+    mostly do not: float32 training keeps eager's layout on CUDA; inference and 16-bit types
+    change it."""
+    case = next(c for c in PROGRAMS if c.name == name)
     program, _, _ = build(case, dtype, seed=4, device="cuda")
     assert layout.uses_channels_last(program.main, ("cpu", "cuda")) is expected
     cpu_program, _, _ = build(case, torch.float32, seed=4)

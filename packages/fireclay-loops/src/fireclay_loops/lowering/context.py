@@ -33,7 +33,7 @@ from fireclay_loops.ops import ops
 # Graph meta key: positions of outputs that only the program's backward reads (set by
 # fireclay-autograd on a forward graph). Their layout is the lowering's choice: the backward is
 # compiled for the layouts it receives.
-SAVED_OUTPUTS = "autograd.saved_outputs"
+SAVED_OUTPUTS = layout.SAVED_OUTPUTS
 
 
 class LoweringContext:
