@@ -25,6 +25,5 @@ def test_computed_operands_are_padded_in_place(case, k, dtype, padded):
         compiled = fireclay_cpp.compile_program(program)
     want = (case.in_place, case.copied) if padded is not None else (0, 0)
     assert programs.padded_operands(compiled.scheduled) == want
-    for seed in (1, 2):
-        inputs = programs.fresh_inputs(b, seed)
-        programs.check(compiled(*inputs), b.eager(*inputs), dtype)
+    inputs = programs.fresh_inputs(b, 1)
+    programs.check(compiled(*inputs), b.eager(*inputs), dtype)

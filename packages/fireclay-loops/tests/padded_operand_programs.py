@@ -86,6 +86,11 @@ def a_transposed(b, k, g):  # grad.t() @ h with grad [K, M]: grad's K rows grow
     return (b.call("mm.default", b.call("t.default", _scaled(b, y)), h),)
 
 
+def b_transposed(b, k, g):  # x @ grad.t() with grad [N, K]: K padded in grad's padded rows
+    x, y = b.input(g((M, k))), b.input(g((N, k)))
+    return (b.call("mm.default", x, b.call("t.default", _scaled(b, y))),)
+
+
 def n_padded_b(b, k, g):  # h.t() @ grad: N = K padded in grad's rows; the wide product returned
     h, x = b.input(g((M, N))), b.input(g((M, k)))
     return (b.call("mm.default", b.call("t.default", h), _scaled(b, x)),)
@@ -125,7 +130,8 @@ CASES = [
     Case("pointwise_a", pointwise_a, 1, 1), Case("cross_entropy_backward", cross_entropy_backward, 1, 1),
     Case("extra_readers", extra_readers, 1, 1), Case("reduction_result", reduction_result, 1, 1),
     Case("rows_of_3d", rows_of_3d, 1, 1), Case("b_rows_grown", b_rows_grown, 1, 1),
-    Case("a_transposed", a_transposed, 1, 1), Case("n_padded_b", n_padded_b, 1, 0),
+    Case("a_transposed", a_transposed, 1, 1), Case("b_transposed", b_transposed, 1, 1),
+    Case("n_padded_b", n_padded_b, 1, 0),
     Case("two_matmuls_share", two_matmuls_share, 2, 1),
     Case("library_producer", library_producer, 0, 2), Case("graph_input", graph_input, 0, 2),
     Case("returned_producer", returned_producer, 0, 2),

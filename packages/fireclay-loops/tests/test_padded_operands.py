@@ -23,19 +23,19 @@ def test_computed_operands_are_padded_in_place(case, k, dtype, padded):
         scheduled = schedule(lower(program))
     want = (case.in_place, case.copied) if padded is not None else (0, 0)
     assert programs.padded_operands(scheduled) == want, str(scheduled)
-    for seed in (1, 2):
-        inputs = programs.fresh_inputs(b, seed)
-        programs.check(run(scheduled, *inputs), b.eager(*inputs), dtype)
+    inputs = programs.fresh_inputs(b, 1)
+    programs.check(run(scheduled, *inputs), b.eager(*inputs), dtype)
 
 
-def test_the_logits_gradient_is_written_once():
-    """The lm_head's backward in small (bf16, a vocabulary of 50257 over 256 tokens): the
-    cross-entropy backward's kernel writes the gradient into rows of 50304, both matmuls read
-    that buffer (K padded to 50264 for the hidden state's gradient, transposed for the weight's),
-    and besides it only the pad's 256 x 7 zeros are written; no kernel iterates over the padded
-    extent."""
+def test_the_logits_gradient_is_written_once_on_cuda():
+    """The lm_head's backward in small (bf16, a vocabulary of 50257 over 256 tokens), planned for
+    CUDA with the default settings: the cross-entropy backward's kernel writes the gradient into
+    rows of 50304, both matmuls read that buffer (K padded to 50264 for the hidden state's
+    gradient, transposed for the weight's), and besides it only the pad's 256 x 7 zeros are
+    written; no kernel iterates over the padded extent. (Planned, not run: the table above runs
+    the same structure against eager.)"""
     gen = torch.Generator().manual_seed(0)
-    b = programs.AtenBuilder()
+    b = programs.AtenBuilder("cuda")
     v, tokens, hidden = 50257, 256, 256
     logits, dy = (b.input(torch.randn(tokens, v, generator=gen, dtype=torch.bfloat16)) for _ in range(2))
     w, h = (b.input(torch.randn(s, generator=gen, dtype=torch.bfloat16)) for s in ((v, hidden), (tokens, hidden)))
@@ -45,8 +45,7 @@ def test_the_logits_gradient_is_written_once():
                   b.call("mul.Tensor", b.call("exp.default", logp), total))
     grad = b.call("_to_copy.default", grad, dtype=torch.bfloat16)
     program = b.output(b.call("mm.default", grad, w), b.call("mm.default", b.call("t.default", grad), h))
-    with programs.padding_on():
-        scheduled = schedule(lower(program))
+    scheduled = schedule(lower(program))
     mm_input, mm_weight = scheduled.extern_calls
     a = mm_input.tensor_args()[0]
     assert [int(n) for n in a.size] == [tokens, 50264] and [int(s) for s in a.stride] == [50304, 1]
@@ -56,9 +55,6 @@ def test_the_logits_gradient_is_written_once():
               if any(buf == a.buffer for buf, _, _ in kn.node.body.writes())]
     assert sorted(stored) == [tokens * 7, tokens * v], stored
     assert programs.padded_operands(scheduled, 50264) == (1, 1)  # the weight (a graph input) is copied
-    inputs = programs.fresh_inputs(b, 1)
-    for got, want in zip(run(scheduled, *inputs), b.eager(*inputs)):
-        torch.testing.assert_close(got, want, atol=0.5, rtol=2e-2)
 
 
 def test_readers_wait_for_every_writer_of_a_buffer():
