@@ -28,7 +28,9 @@ GEMMs only on operands whose rows start 16-byte aligned, and falls back to far s
 kernels otherwise. Inputs and the outputs a caller receives keep eager's strides. On the CPU the
 library GEMMs take any row stride at the same speed (measured in docs/status.md), so it is off there.
 ``pad_matmul`` pads the reduction length of such GEMMs with zeros for the same reason
-(:mod:`fireclay_loops.lowering.matmul`).
+(:mod:`fireclay_loops.lowering.matmul`); an operand our kernels compute in rows that
+``pad_strides`` padded is padded in place (its pad columns zeroed, no copy), so the two
+settings go together.
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ Node kinds (this docstring is their spec):
 A :class:`Buffer` is a named tensor in memory: dtype, device, size, strides (sympy expressions).
 Computed buffers are contiguous, or channels-last around 2-D convolutions, or contiguous with
 padded row strides where ``config.pad_strides`` asks for aligned rows (:mod:`fireclay_loops.layout`);
-inputs keep the strides they arrive with.
+inputs keep the strides they arrive with. A buffer is written by one node, except one grown into a
+zero-padded matmul operand (:func:`fireclay_loops.lowering.matmul.padded_in_place`): its
+producer's nodes write the tensor, and one more node the pad's zeros beside it (its size is the
+grown one; the tensor's readers keep their views). Readers wait for every writer.
 
 ``meta`` keys on nodes: ``origins`` (the aten ops lowered into it, ``"%v3 = aten::add.Tensor"``),
 ``source`` (the user's code, copied from the aten node).

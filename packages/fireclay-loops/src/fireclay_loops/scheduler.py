@@ -461,8 +461,9 @@ def fuse(state: FusionState) -> None:
 
 def order_steps(state: FusionState) -> list[Group | ExternNode]:
     """Kernels and extern calls in a topological order: of the steps whose inputs are ready, the
-    one earliest in the program first. A step waits for a buffer it reads until one of its other
-    writers ran (inputs of the program are ready from the start)."""
+    one earliest in the program first. A step waits for a buffer it reads until every one of its
+    other writers ran (inputs of the program are ready from the start): a padded matmul operand
+    is written by the kernel computing it and by the one writing zeros into its pad."""
     steps: list[Group | ExternNode] = list(state.groups) + list(state.externs)
     writes = [s.writes() if isinstance(s, Group) else set(s.write_buffers()) for s in steps]
     reads = [s.reads() if isinstance(s, Group) else set(s.read_buffers()) for s in steps]
@@ -477,7 +478,7 @@ def order_steps(state: FusionState) -> list[Group | ExternNode]:
     ready: list[tuple[Any, int]] = []
     for k, rs in enumerate(reads):
         blocking = [b for b in rs - produced if any(w != k for w in writers.get(b, ()))]
-        waiting.append(len(blocking))
+        waiting.append(sum(sum(1 for w in writers[b] if w != k) for b in blocking))
         for b in blocking:
             waiters.setdefault(b, []).append(k)
         if not blocking:
@@ -488,8 +489,9 @@ def order_steps(state: FusionState) -> list[Group | ExternNode]:
         _, k = heapq.heappop(ready)
         done.append(steps[k])
         for b in writes[k] - produced:
-            produced.add(b)
-            for j in waiters.pop(b, ()):
+            for j in waiters.get(b, ()):
+                if j == k:
+                    continue
                 waiting[j] -= 1
                 if waiting[j] == 0:
                     heapq.heappush(ready, (key[j], j))

@@ -14,7 +14,7 @@ from typing import Any
 import sympy
 
 from fireclay_ir import Device, DType, Program, ScalarType, SymExpr, Value
-from fireclay_loops import exprs, layout
+from fireclay_loops import dtypes, exprs, layout
 from fireclay_loops.body import record_body
 from fireclay_loops.config import config
 from fireclay_loops.dtypes import ITEMSIZE
@@ -55,6 +55,8 @@ class LoweringContext:
         self._returned: set[Value] | None = None
         self.padded: set[str] = set()  # buffers laid out with padded rows (layout.padded_strides)
         self._eager_layout_values: set[Value] | None = None
+        # buffers grown in place into a padded matmul operand (lowering.matmul): their sizes before
+        self.grown: dict[str, list[sympy.Expr]] = {}
 
     # -- naming
     def fresh(self, prefix: str) -> str:
@@ -214,6 +216,26 @@ class LoweringContext:
         body = record_body([size[k] for k in loop_dims], [], fn, self.buffer_dtype, self.fresh)
         self.out.nodes.append(ComputeNode(self.fresh("op"), body, self._meta()))
         return BufferValue(buf)
+
+    def zero_fill(self, buf: Buffer, starts: Sequence[Any], size: Sequence[Any]) -> None:
+        """A pointwise node storing zeros into ``buf`` at the indices ``starts + i`` for every
+        ``i`` of ``size`` (positions past the extents of the tensor the buffer's other writers
+        compute: a padded matmul operand's pad), placed before the first node that writes
+        ``buf``: the scheduler runs every writer of a buffer before its readers."""
+        size = [exprs.as_expr(s) for s in size]
+        loop_dims = sorted((k for k in range(len(size)) if not exprs.equal(size[k], 1)),
+                           key=lambda k: -self.out.hint(buf.stride[k]))  # memory order
+
+        def fn(vars: Sequence[Any], _rvars: Sequence[Any]) -> Any:
+            index = [exprs.as_expr(s) for s in starts]
+            for v, k in zip(vars, loop_dims):
+                index[k] = index[k] + v
+            flat = buf.offset + sum((i * s for i, s in zip(index, buf.stride)), sympy.Integer(0))
+            ops.store(buf.name, flat, ops.to_dtype(ops.constant(0, dtypes.compute_dtype(buf.dtype)), buf.dtype))
+
+        body = record_body([size[k] for k in loop_dims], [], fn, self.buffer_dtype, self.fresh)
+        first = next(k for k, n in enumerate(self.out.nodes) if buf.name in n.write_buffers())
+        self.out.nodes.insert(first, ComputeNode(self.fresh("op"), body, self._meta()))
 
     def scatter_add(self, size: Sequence[Any], dtype: str, device: str, points: Sequence[Any],
                     inner: Callable[[list[Any]], tuple[list[Any], Any]]) -> BufferValue:

@@ -10,6 +10,15 @@ N to a multiple of 16 bytes instead, as Inductor's ``pad_mm`` does: the zeros ad
 dot product, the product's extra columns are never read, the copies cost a pass over the
 operands, and the GEMM runs its fast kernels (what it gains is measured in docs/status.md).
 
+An operand our own kernels compute needs no copy (:func:`padded_in_place`): its rows are already
+laid out longer than the tensor (``config.pad_strides``, :func:`fireclay_loops.layout.padded_strides`:
+a language model's logits gradient, 50257 elements a row stored 50304 apart), so the padded
+operand is a view of the same buffer that reads a few columns of the row padding, and a small
+kernel writes zeros there (``M x 7`` elements, where the copy wrote ``M x 50264``). Every other
+reader (the weight's gradient, ``grad_logits.t() @ hidden``; a pointwise kernel) reads the
+tensor through its view as before. Padding along a dimension with the largest stride (rows of a
+``[K, N]`` operand) grows the buffer's allocation past its end instead.
+
 ``addmm(bias, x, w)`` adds a broadcast bias to ``x @ w``. As one library call the bias is the
 library's epilogue; on CUDA, cuBLAS then often picks a slower GEMM than for the plain product
 (docs/status.md). When everything that reads the result is computed
@@ -20,6 +29,7 @@ memory, and the faster GEMM.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import sympy
@@ -28,6 +38,7 @@ from fireclay_ir import Value, iter_values
 from fireclay_loops import dtypes, exprs
 from fireclay_loops.config import config
 from fireclay_loops.dtypes import ITEMSIZE
+from fireclay_loops.ir import ComputeNode
 from fireclay_loops.lowering import library_layouts
 from fireclay_loops.lowering.context import LoweringContext, fallback
 from fireclay_loops.lowering.pointwise import lower_add
@@ -146,6 +157,123 @@ def zero_padded(ctx: LoweringContext, x: TensorValue, extents: dict[int, int]) -
     return ctx.pointwise(size, x.dtype, x.device, inner, stride=stride or exprs.contiguous_strides(size))
 
 
+def _views_reach_output(graph: Any, value: Value) -> bool:
+    """Whether ``value``, the value it views, or a view of either is an output of ``graph``
+    (returned, or saved for the backward: an output is a whole buffer of its own layout)."""
+    root = value
+    while root.node is not None and root.node.target in PURE_VIEW_TARGETS:
+        root = root.node.args[0]
+    outputs = {id(v) for v in iter_values(graph.outputs)}
+    pending, seen = [root], {id(root)}
+    while pending:
+        v = pending.pop()
+        if id(v) in outputs:
+            return True
+        for user in v.users:
+            if user.target in PURE_VIEW_TARGETS:
+                fresh = [o for o in user.outputs if o.is_tensor and id(o) not in seen]
+                seen.update(id(o) for o in fresh)
+                pending.extend(fresh)
+    return False
+
+
+def _static_ints(values: Sequence[Any]) -> list[int] | None:
+    found = [exprs.to_static(v) for v in values]
+    return None if any(n is None for n in found) else [int(n) for n in found]  # type: ignore[arg-type]
+
+
+def _dimension_groups(x: BufferValue, sizes: list[int], strides: list[int]) -> dict[int, list[int]] | None:
+    """For each dimension of the view ``x`` (of extent above 1), the dimensions of its buffer
+    (of ``sizes`` and ``strides``) it walks, innermost first: ``x`` must walk the whole buffer,
+    each of its dimensions a dense run of the buffer's (a ``[B * T, V]`` view of ``[B, T, V]``
+    rows walks ``T`` and ``B`` along its first). None for any other view."""
+    view_sizes, view_strides = _static_ints(x.size), _static_ints(x.stride)
+    if view_sizes is None or view_strides is None or not exprs.equal(x.offset, x.buffer.offset):
+        return None
+    inner = sorted((d for d, n in enumerate(sizes) if n != 1), key=lambda d: strides[d])
+    groups: dict[int, list[int]] = {}
+    k = 0
+    for d in sorted((d for d, n in enumerate(view_sizes) if n != 1), key=lambda d: view_strides[d]):
+        if k >= len(inner) or strides[inner[k]] != view_strides[d]:
+            return None
+        group, extent = [inner[k]], sizes[inner[k]]
+        k += 1
+        while extent < view_sizes[d]:
+            if k >= len(inner) or strides[inner[k]] != strides[group[-1]] * sizes[group[-1]]:
+                return None
+            group.append(inner[k])
+            extent *= sizes[inner[k]]
+            k += 1
+        if extent != view_sizes[d]:
+            return None
+        groups[d] = group
+    return groups if k == len(inner) else None
+
+
+def _overlaps(sizes: list[int], strides: list[int]) -> bool:
+    """Whether two indices of a layout may address one element: not so when, in stride order,
+    each stride steps past everything the smaller ones reach."""
+    span = 1
+    for d in sorted((d for d, n in enumerate(sizes) if n != 1), key=lambda d: strides[d]):
+        if strides[d] < span:
+            return True
+        span += strides[d] * (sizes[d] - 1)
+    return False
+
+
+def padded_in_place(ctx: LoweringContext, source: Value, x: TensorValue, extents: dict[int, int]) -> BufferValue | None:
+    """``x`` (the value of the graph's ``source``) with each dimension ``d`` of ``extents`` grown
+    to ``extents[d]`` by zeros, as a view of ``x``'s own buffer: where our kernels write that
+    buffer and each grown dimension walks one of the buffer's dimensions, whose new positions
+    fall in no element of the tensor (rows padded by ``config.pad_strides`` have room past their
+    end; the outermost dimension grows the allocation). The buffer's size becomes the grown one
+    (its allocation covers the view), a node writes the zeros, and every other reader keeps its
+    view. None where that cannot be: the buffer is a graph input, a library result, a scatter's
+    target, an output (through views), or laid out otherwise."""
+    if not isinstance(x, BufferValue) or not extents:
+        return None
+    buf = x.buffer
+    if buf.is_input or _views_reach_output(ctx.graph, source):
+        return None
+    writers = [n for n in ctx.out.nodes if buf.name in n.write_buffers()]
+    if not writers or not all(isinstance(n, ComputeNode) and not n.body.accumulates for n in writers):
+        return None
+    current = _static_ints(buf.size)
+    base = _static_ints(ctx.grown.get(buf.name, buf.size))  # the computed tensor's extents
+    strides = _static_ints(buf.stride)
+    if current is None or base is None or strides is None:
+        return None
+    groups = _dimension_groups(x, base, strides)
+    if groups is None:
+        return None
+    grown = list(current)
+    for d, extent in extents.items():
+        group = groups.get(d)
+        if group is None or len(group) != 1 or grown[group[0]] not in (base[group[0]], extent):
+            return None
+        grown[group[0]] = extent
+    if _overlaps(grown, strides):
+        return None
+    for e, extent in enumerate(grown):
+        if extent != current[e]:  # the zeros of each grown dimension, past what is there already
+            starts = [0] * len(grown)
+            starts[e] = current[e]
+            size = list(current)
+            size[e] = extent - current[e]
+            ctx.zero_fill(buf, starts, size)
+            current[e] = extent
+    ctx.grown.setdefault(buf.name, list(buf.size))
+    buf.size = [sympy.Integer(n) for n in grown]
+    size = [sympy.Integer(extents[d]) if d in extents else n for d, n in enumerate(x.size)]
+    return BufferValue(buf, size, x.stride, x.offset)
+
+
+def padded_operand(ctx: LoweringContext, source: Value, x: TensorValue, extents: dict[int, int]) -> TensorValue:
+    """``x`` zero-padded to ``extents``: in its own buffer where :func:`padded_in_place` can,
+    else a copy (:func:`zero_padded`)."""
+    return padded_in_place(ctx, source, x, extents) or zero_padded(ctx, x, extents)
+
+
 def library_mm(ctx: LoweringContext, a: TensorValue, b: TensorValue, call: Any = None) -> tuple[TensorValue | None, ...]:
     """The library's ``mm`` of ``a`` and ``b`` (the current node, or ``call``), with K and N
     zero-padded where :func:`padded_extents` says so. A padded N gives a wider product whose
@@ -156,9 +284,9 @@ def library_mm(ctx: LoweringContext, a: TensorValue, b: TensorValue, call: Any =
         return fallback(ctx, call, kind="extern")
     node = call or ctx.node
     if k is not None:
-        a = zero_padded(ctx, a, {1: k})
+        a = padded_operand(ctx, node.args[0], a, {1: k})
     b_extents = {d: e for d, e in ((0, k), (1, n)) if e is not None}
-    replace: dict[Value, TensorValue] = {node.args[0]: a, node.args[1]: zero_padded(ctx, b, b_extents)}
+    replace: dict[Value, TensorValue] = {node.args[0]: a, node.args[1]: padded_operand(ctx, node.args[1], b, b_extents)}
     if n is None:
         return fallback(ctx, call, kind="extern", replace=replace)
     size, dtype, device = ctx.out_meta()
