@@ -342,3 +342,31 @@ def test_a_break_inside_a_comprehension_runs_it_as_it_is():
         x = torch.randn(4)
         torch.testing.assert_close(compiled(x), fn(x))
     assert compiled.break_count() >= 1
+
+
+class AttentionAfterBreak(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pre = Block()
+        self.mha = torch.nn.MultiheadAttention(4, 2, batch_first=True)
+
+    def forward(self, x):
+        y = self.pre(x)
+        print(end="")  # a graph break before the call
+        return self.mha(y, y, y)[0].cos()
+
+
+def test_torch_layers_with_eager_fast_paths_run_as_they_are_after_a_break():
+    # MultiheadAttention probes dispatch state for its native inference kernel: called as it is
+    model = AttentionAfterBreak().eval()
+    compiled = capture(model)
+    with torch.no_grad():
+        for _ in range(2):
+            x = torch.randn(2, 3, 4)
+            torch.testing.assert_close(compiled(x), model(x))
+    pending, names = [compiled], []
+    while pending:
+        c = pending.pop()
+        names.append(c.code.co_qualname)
+        pending.extend(c.children)
+    assert "MultiheadAttention.forward" not in names

@@ -453,10 +453,11 @@ def _plain_parameters(code: types.CodeType) -> bool:
 
 
 def _is_torch_container(module: torch.nn.Module) -> bool:
-    """A module of torch.nn that calls modules of its own (``nn.Sequential``, a
-    ``TransformerEncoder``): captured like user code, so that the user's blocks it calls after a
-    break are captured too (TorchDynamo's frame hook stays on inside torch.nn)."""
-    return type(module).__module__.startswith("torch.nn.") and next(module.children(), None) is not None
+    """``nn.Sequential`` (the layout of torchvision's models: stages of user blocks): captured like
+    user code after a break, so that the user's blocks it calls are captured too, as TorchDynamo's
+    frame hook stays on inside it. torch.nn's other modules run as they are: their eager fast
+    paths (``MultiheadAttention``'s native kernel) probe dispatch state a graph cannot hold."""
+    return getattr(type(module), "forward", None) is torch.nn.Sequential.forward
 
 
 def _is_library(module_name: str) -> bool:
