@@ -16,10 +16,11 @@ turn them off only for inputs you trust. What they cost is measured in docs/stat
 ``channels_last`` names device types, not devices: ``cpu``, ``cuda``. On the CPU, oneDNN runs
 convolutions on channels-last tensors without reordering them on every call, and on CUDA cuDNN
 runs its NHWC kernels, so the layout around convolutions is channels-last by default on both (see
-:mod:`fireclay_loops.layout`; what it gains is measured in docs/status.md). On CUDA only 16-bit
-convolutions change layout: under torch's default ``torch.backends.cudnn.allow_tf32 = True``,
+:mod:`fireclay_loops.layout`; what it gains is measured in docs/status.md). On CUDA float32
+training keeps eager's layout: under torch's default ``torch.backends.cudnn.allow_tf32 = True``,
 cuDNN picks TF32 kernels for NHWC float32 convolutions where eager's NCHW calls often do not (a
-BatchNorm network's float32 gradients moved by up to 6e-2 relative), so float32 keeps eager's.
+BatchNorm network's float32 gradients moved by up to 6e-2 relative); float32 inference and 16-bit
+types change layout.
 
 ``pad_strides`` names device types too. A buffer our kernels write whose rows are long and not a
 multiple of 128 bytes (a language model's logits gradient, ``[tokens, 50257]`` in bf16) is laid out
