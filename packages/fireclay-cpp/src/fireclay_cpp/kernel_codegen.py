@@ -29,7 +29,8 @@ Strided reads in pointwise kernels: GCC (12) vectorises no loop that reads memor
 along it, so a pointwise kernel whose innermost loop gathers (a transposed operand: a layer norm
 over channels of a ``[batch, channels, time]`` convolution output, a padded or sliced gradient)
 would run its whole body scalar, ``erf`` and ``exp`` included. Such reads are gathered first, by
-a plain loop over the row, into a local array the vectorised loop then reads in order (see
+a plain loop over the row, into a local array the vectorised loop then reads in order; so are
+those of a row reduction's loop (a layer norm's gradient over a transposed operand; see
 :meth:`CppKernelGen._gather_strided_loads`).
 
 Masks along the innermost loop of a pointwise kernel (a pad's or a slice's gradient, a
@@ -100,6 +101,18 @@ def _loop_closure(roots: list) -> dict:
         seen[v] = None
         pending.extend(reversed(v.deps))
     return seen
+
+
+def _all_deps(value: CValue) -> list[CValue]:
+    """Every value ``value`` is computed from, in or out of a loop."""
+    seen: dict[int, CValue] = {}
+    pending = list(value.deps)
+    while pending:
+        v = pending.pop()
+        if id(v) not in seen:
+            seen[id(v)] = v
+            pending.extend(v.deps)
+    return list(seen.values())
 
 
 @dataclass(kw_only=True)
@@ -204,7 +217,7 @@ class CppKernelGen(KernelEmitter):
             outer = Scope()
             loop = Scope(parent=outer)
             last = len(xs) - 1
-            gathers = self._gather_strided_loads(plans, outer)
+            gathers = self._gather_strided_loads(plans, outer, f"x{last}", k.xsizes[last])
             for plan in plans:
                 outer.place_all(plan.before + plan.after)
                 self._unchecked(True)
@@ -217,26 +230,26 @@ class CppKernelGen(KernelEmitter):
             if not split and (a.kind == "welford" or a.plain_sum):
                 a.add_stmt.code = f"{a.name}_sum += ({a.ctype})({a.value.name});"
         outer = Scope()
+        if not split and len(rs) == 1:
+            outer.lines.extend(self._gather_strided_loads(plans, outer, "r0", k.rsizes[0]))
         rows = self._row_cache(plans, rs, split)
         outer.lines.extend(rows.arrays)
         for stage, plan in enumerate(plans):
             self._emit_stage(plan, rs, split, outer, rows.loads.get(stage, []), rows.stores.get(stage, []))
         return self._function(xs, rs, outer.lines, split)
 
-    def _gather_strided_loads(self, plans: list[StagePlan], outer: Scope) -> list[str]:
-        """Lines, placed before the innermost loop of a pointwise kernel, that gather each of
-        its strided loads of a float buffer into a local array by a plain loop over the row;
-        the vectorised loop then reads the array in order (see the module docstring). A load
-        under a mask is gathered under it (the mask is computed in the gathering loop too). Not
-        gathered: loads from a buffer the kernel writes (the loop would read what it stores
-        before it has stored it), loads whose index or mask reads memory or checks bounds, rows
-        of symbolic or more than :data:`GATHER_ROW_MAX` points, loads past
-        :data:`GATHER_BYTES_MAX` of arrays."""
-        last = len(self.kernel.xsizes) - 1
-        extent = self.kernel.xsizes[last]
+    def _gather_strided_loads(self, plans: list[StagePlan], outer: Scope, var: str, extent: sympy.Expr) -> list[str]:
+        """Lines, placed before the loops over ``var`` (the innermost loop of a pointwise
+        kernel, the one reduction loop of a row), that gather each strided load of a float
+        buffer in them into a local array by a plain loop over the row; the vectorised loops
+        then read the array in order (see the module docstring). A load under a mask is
+        gathered under it (the mask is computed in the gathering loop too). Not gathered: loads
+        from a buffer the kernel writes (the loop would read what it stores before it has
+        stored it), loads whose index or mask reads memory, checks bounds or takes a
+        reduction's result, rows of symbolic or more than :data:`GATHER_ROW_MAX` points, loads
+        past :data:`GATHER_BYTES_MAX` of arrays."""
         if not extent.is_Integer or int(extent) > GATHER_ROW_MAX:
             return []
-        var = f"x{last}"
         lines: list[str] = []
         budget = GATHER_BYTES_MAX
         for value in _loop_closure([v for plan in plans for v in plan.in_loop]):
@@ -248,8 +261,7 @@ class CppKernelGen(KernelEmitter):
             step = access.index_step(index, sympy.Symbol(var), self.hint)
             if step in (0, 1, -1):  # (GCC vectorises a read at consecutive places, either way)
                 continue
-            deps = _loop_closure(value.deps)
-            if any(d.loaded is not None or d.bounds is not None or d.acc is not None for d in deps):
+            if any(d.loaded is not None or d.bounds is not None or d.acc is not None for d in _all_deps(value)):
                 continue
             budget -= int(extent) * (8 if value.ctype == "double" else 4)
             if budget < 0:
