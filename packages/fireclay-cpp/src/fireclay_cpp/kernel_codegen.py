@@ -25,6 +25,21 @@ loop adds them in index order, as eager's CPU kernel does (an atomic add per ele
 compare-and-swap loop for floats; these kernels are small: embedding and position-bias
 gradients).
 
+Strided reads in pointwise kernels: GCC (12) vectorises no loop that reads memory at a stride
+along it, so a pointwise kernel whose innermost loop gathers (a transposed operand: a layer norm
+over channels of a ``[batch, channels, time]`` convolution output, a padded or sliced gradient)
+would run its whole body scalar, ``erf`` and ``exp`` included. Such reads are gathered first, by
+a plain loop over the row, into a local array the vectorised loop then reads in order; so are
+those of a row reduction's loop (a layer norm's gradient over a transposed operand; see
+:meth:`CppKernelGen._gather_strided_loads`).
+
+Masks along the innermost loop of a pointwise kernel (a pad's or a slice's gradient, a
+concatenation along the last dim: ``x < 159 ? a : 0``) keep GCC from vectorising it too: with a
+call in the loop (``erf``) it does not turn the selects into blends. Such a loop runs as
+consecutive loops split where a comparison of the loop variable with a constant changes its
+answer: within each, the compiler's range analysis decides every such comparison and the
+selects fold away.
+
 Parallelism: the outer loops are an OpenMP ``parallel for`` (all but the innermost for pointwise
 kernels, so the innermost stays a plain loop the compiler vectorises). When there are few outer
 points and a long reduction, the reduction loop itself is split over threads instead, with
@@ -44,12 +59,19 @@ from fireclay_cpp import column_loops
 from fireclay_cpp.errors import CodegenError
 from fireclay_cpp.op_templates import Accumulator, BoundsCheck, CppOps, CValue, ctype
 from fireclay_loops import Kernel, backend
-from fireclay_loops.backend import KernelEmitter, Scope, StagePlan, indent
+from fireclay_loops.backend import KernelEmitter, Scope, StagePlan, access, indent
 from fireclay_shapes import cpp_code
 
 PARALLEL_MIN_WORK = 16384  # points of work below which the OpenMP fork costs more than it saves
 SPLIT_REDUCTION_MIN = 4096  # reduction length from which a lone reduction is split over threads
 ROW_CACHE_MAX = 1024  # longest reduction row whose values later loops read from a local array
+GATHER_ROW_MAX = 4096  # longest innermost loop of a pointwise kernel whose strided reads are gathered first
+GATHER_BYTES_MAX = 64 * 1024  # most bytes of gathered rows a kernel keeps on the stack (per thread)
+MAX_LOOP_SPLITS = 4  # most places the innermost loop of a pointwise kernel is split at (see the docstring)
+_COMPARE: dict[str, Callable[[int, int], bool]] = {
+    "lt": lambda p, q: p < q, "le": lambda p, q: p <= q, "gt": lambda p, q: p > q,
+    "ge": lambda p, q: p >= q, "eq": lambda p, q: p == q, "ne": lambda p, q: p != q,
+}
 _CACHED_TYPES = ("float", "double")
 
 
@@ -79,6 +101,18 @@ def _loop_closure(roots: list) -> dict:
         seen[v] = None
         pending.extend(reversed(v.deps))
     return seen
+
+
+def _all_deps(value: CValue) -> list[CValue]:
+    """Every value ``value`` is computed from, in or out of a loop."""
+    seen: dict[int, CValue] = {}
+    pending = list(value.deps)
+    while pending:
+        v = pending.pop()
+        if id(v) not in seen:
+            seen[id(v)] = v
+            pending.extend(v.deps)
+    return list(seen.values())
 
 
 @dataclass(kw_only=True)
@@ -122,6 +156,38 @@ class CppKernelGen(KernelEmitter):
         self.inner_only = not kernel.rsizes and len(kernel.xsizes) > 1 and kernel.kind == "pointwise"
         if self.inner_only:
             self.rnames = {f"x{len(kernel.xsizes) - 1}"}
+        self.loop_splits: set[int] = set()  # where the innermost loop is split (note_comparison)
+
+    def note_comparison(self, name: str, a: CValue, b: CValue) -> None:
+        """Where ``a <name> b``, a comparison of the innermost loop variable of a pointwise
+        kernel (``k*x + c``) with an integer, changes its answer along the loop: the loop splits
+        there (see the module docstring)."""
+        if not self.inner_only:
+            return
+        last = len(self.kernel.xsizes) - 1
+        extent = self.kernel.xsizes[last]
+        sides = [_integer_value(a), _integer_value(b)]
+        index = a if sides[0] is None else b
+        if sides.count(None) != 1 or index.op[:1] != ("index_expr",) or not extent.is_Integer:
+            return
+        expr = sympy.expand(index.op[1])
+        var = next((s for s in expr.free_symbols if s.name == f"x{last}"), None)
+        if var is None or expr.free_symbols != {var}:
+            return
+        coeff, rest = expr.coeff(var), expr.subs(var, 0)
+        if not (coeff.is_Integer and rest.is_Integer) or coeff == 0 or expr != coeff * var + rest:
+            return
+        bound = next(v for v in sides if v is not None)
+
+        def answer(x: int) -> bool:
+            at = int(coeff) * x + int(rest)
+            lhs, rhs = (at, bound) if index is a else (bound, at)
+            return _COMPARE[name](lhs, rhs)
+
+        crossing = sympy.Rational(bound - int(rest), int(coeff))
+        for p in sorted({int(sympy.floor(crossing)), int(sympy.ceiling(crossing)), int(sympy.floor(crossing)) + 1}):
+            if 0 < p < int(extent) and answer(p - 1) != answer(p):
+                self.loop_splits.add(p)
 
     def index(self, expr) -> str:
         expr, _ = self.read_index(expr)
@@ -150,24 +216,65 @@ class CppKernelGen(KernelEmitter):
             # no reduction loop: the "loop" scope is the body of the innermost loop
             outer = Scope()
             loop = Scope(parent=outer)
+            last = len(xs) - 1
+            gathers = self._gather_strided_loads(plans, outer, f"x{last}", k.xsizes[last])
             for plan in plans:
                 outer.place_all(plan.before + plan.after)
                 self._unchecked(True)
                 loop.place_all(plan.in_loop)
                 self._unchecked(False)
-            last = len(xs) - 1
             guard = self._scan_indices(loop, outer, [f"for (int64_t x{last} = 0; x{last} < {xs[last]}; x{last}++) {{"],
                                        ["}"], [(f"x{last}", xs[last])])
-            return self._function(xs, rs, outer.lines, split, loop.lines, guard)
+            return self._function(xs, rs, outer.lines + gathers, split, loop.lines, guard)
         for a in self.accumulators:
             if not split and (a.kind == "welford" or a.plain_sum):
                 a.add_stmt.code = f"{a.name}_sum += ({a.ctype})({a.value.name});"
         outer = Scope()
+        if not split and len(rs) == 1:
+            outer.lines.extend(self._gather_strided_loads(plans, outer, "r0", k.rsizes[0]))
         rows = self._row_cache(plans, rs, split)
         outer.lines.extend(rows.arrays)
         for stage, plan in enumerate(plans):
             self._emit_stage(plan, rs, split, outer, rows.loads.get(stage, []), rows.stores.get(stage, []))
         return self._function(xs, rs, outer.lines, split)
+
+    def _gather_strided_loads(self, plans: list[StagePlan], outer: Scope, var: str, extent: sympy.Expr) -> list[str]:
+        """Lines, placed before the loops over ``var`` (the innermost loop of a pointwise
+        kernel, the one reduction loop of a row), that gather each strided load of a float
+        buffer in them into a local array by a plain loop over the row; the vectorised loops
+        then read the array in order (see the module docstring). A load under a mask is
+        gathered under it (the mask is computed in the gathering loop too). Not gathered: loads
+        from a buffer the kernel writes (the loop would read what it stores before it has
+        stored it), loads whose index or mask reads memory, checks bounds or takes a
+        reduction's result, rows of symbolic or more than :data:`GATHER_ROW_MAX` points, loads
+        past :data:`GATHER_BYTES_MAX` of arrays."""
+        if not extent.is_Integer or int(extent) > GATHER_ROW_MAX:
+            return []
+        lines: list[str] = []
+        budget = GATHER_BYTES_MAX
+        for value in _loop_closure([v for plan in plans for v in plan.in_loop]):
+            if value.load_index is None or value.loaded in self.stored or value.ctype not in _CACHED_TYPES:
+                continue
+            index = sympy.sympify(value.load_index)
+            if any(s.name[:1] not in "xr" or not s.name[1:].isdigit() for s in index.free_symbols):
+                continue  # (an indirect index or a size symbol)
+            step = access.index_step(index, sympy.Symbol(var), self.hint)
+            if step in (0, 1, -1):  # (GCC vectorises a read at consecutive places, either way)
+                continue
+            if any(d.loaded is not None or d.bounds is not None or d.acc is not None for d in _all_deps(value)):
+                continue
+            budget -= int(extent) * (8 if value.ctype == "double" else 4)
+            if budget < 0:
+                break
+            array = self.fresh("fc_gather")
+            gather = Scope(parent=outer)
+            gather.place(value)
+            lines += [f"{value.ctype} {array}[{int(extent)}];",
+                      f"for (int64_t {var} = 0; {var} < {int(extent)}; {var}++) {{"]
+            lines += indent(gather.lines + [f"{array}[{var}] = {value.name};"]) + ["}"]
+            value.code = f"{value.ctype} {value.name} = {array}[{var}];"
+            value.deps = []
+        return lines
 
     def _row_cache(self, plans: list[StagePlan], rs: list[str], split: bool) -> RowCache:
         """Which values of the row's loops later loops read from a local array (see RowCache):
@@ -402,7 +509,10 @@ class CppKernelGen(KernelEmitter):
             parallel_lines = [] if split else self.parallel(parallel, max(1, nx - 1) if pointwise else nx)
             body += parallel_lines or (["#pragma omp simd"] if simd else [])
             if inner is not None:  # hoisted values, then the innermost loop (if its indices are in range)
-                run = ["#pragma omp simd", heads[-1]] + indent(inner) + ["}"]
+                run = []
+                for lo, hi in self._inner_ranges(xs[-1]):
+                    head = heads[-1] if lo is None else f"for (int64_t x{nx - 1} = {lo}; x{nx - 1} < {hi}; x{nx - 1}++) {{"
+                    run += ["#pragma omp simd", head] + indent(inner) + ["}"]
                 body += heads[:-1] + indent(lines + ([f"if ({guard}) {{"] + indent(run) + ["}"] if guard else run))
                 body += ["}"] * (nx - 1)
             else:
@@ -415,6 +525,14 @@ class CppKernelGen(KernelEmitter):
             body = self._cleared() + [line for line in body if not line.lstrip().startswith("#pragma omp")]
         return self.source(body)
 
+    def _inner_ranges(self, extent: str) -> list[tuple[int | None, int | None]]:
+        """The ranges the innermost loop of a pointwise kernel runs as: split where a mask
+        changes along it (see :meth:`note_comparison`), else once whole (``(None, None)``)."""
+        if not self.loop_splits or len(self.loop_splits) > MAX_LOOP_SPLITS:
+            return [(None, None)]
+        ends = [0, *sorted(self.loop_splits), int(extent)]
+        return list(zip(ends[:-1], ends[1:]))
+
     def _cleared(self) -> list[str]:
         """Lines zeroing the buffers the kernel adds into (all of each buffer's memory)."""
         if self.buffer_numel is None:
@@ -425,6 +543,15 @@ class CppKernelGen(KernelEmitter):
             zero = f"({ctype(self.buffer_dtype(buf), storage=True)})(0)"
             lines.append(f"for (int64_t fc_i = 0; fc_i < {n}; fc_i++) {buf}[fc_i] = {zero};")
         return lines
+
+
+def _integer_value(v: CValue) -> int | None:
+    """The integer ``v`` always is (an integer constant, an index that is a number), or None."""
+    if v.op[:1] == ("constant",):
+        return int(v.op[1])
+    if v.op[:1] == ("index_expr",) and v.op[1].is_Integer:
+        return int(v.op[1])
+    return None
 
 
 def generate_kernel(kernel: Kernel, buffer_dtype: Callable[[str], str], hint: Callable[[sympy.Expr], int],

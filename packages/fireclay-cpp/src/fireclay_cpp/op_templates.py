@@ -40,6 +40,7 @@ class CValue(Value):
     bounds: BoundsCheck | None = None  # set on ops.check_bounds values: a loop may check them first
     read: tuple[str, Any] | None = None  # (buffer, index) of an int64 value that is a plain load
     loaded: str | None = None  # the buffer a load reads
+    load_index: Any = None  # the index a plain or masked load of memory reads at
     exact: str | None = None  # the declaration with the scalar twins of its vector-math calls
     # (declaration, dependencies, mask) in a column kernel, whose vectorised loop runs along
     # the innermost kept dim, where the mask does not change along it (a load or select)
@@ -184,6 +185,7 @@ class CppOps(KernelOps):
         if mask is not None:
             read, deps = f"{mask.name} ? ({t})({read}) : {t}(0)", deps + [mask]
         value = self._val(read, t, deps, self._varies(index), loads=buf)
+        value.load_index = index
         if column is not None:
             value.column_form = (f"{t} {value.name} = fc_blend({mask.name}, ({t})({column[0]}), {t}(0));",
                                  [column[1], mask], mask)
@@ -292,12 +294,17 @@ class CppOps(KernelOps):
             # (the literal rounded as the cast rounds it: equal constants then read equal)
             value = as_float32(float(value)) if t == "float" else float(value)
             return self._val(f"({t})({_float_literal(value)})", t, [])
-        return self._val(f"({t})({_int_literal(int(value))})", t, [])
+        value_ = self._val(f"({t})({_int_literal(int(value))})", t, [])
+        value_.op = ("constant", int(value))  # (a comparison with an index may split the loop)
+        return value_
 
     def index_expr(self, expr, dtype):
         text, deps = self._index(expr)
         t = ctype(dtype)
-        return self._val(f"({t})({text})", t, deps, self._varies(expr))
+        value = self._val(f"({t})({text})", t, deps, self._varies(expr))
+        if not deps:
+            value.op = ("index_expr", sympy.sympify(expr))
+        return value
 
     def to_dtype(self, x, dtype):
         t = ctype(dtype)
@@ -387,6 +394,7 @@ class CppOps(KernelOps):
             exact = f"({t})(fc_exact_{name}(({t})({a.name}), ({t})({b.name})))"
         if name in _COMPARISONS:
             self._same_bits_everywhere([a, b])
+            self.gen.note_comparison(name, a, b)
         return self._val(f"({t})({expr})", t, [a, b], exact=exact)
 
     def where(self, c, a, b):
