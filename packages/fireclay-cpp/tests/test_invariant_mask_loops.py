@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from aten_builder import AtenBuilder
+from aten_builder import AtenBuilder, random_maker
 
 import fireclay_cpp
 from fireclay_cpp.api import generate_kernels
@@ -137,11 +137,7 @@ DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.int64, torch.int32
 
 
 def _random(dtype):
-    def g(*shape):
-        if dtype.is_floating_point:
-            return torch.randn(shape, generator=GEN, dtype=torch.float64).to(dtype)
-        return torch.randint(-50, 50, shape, generator=GEN, dtype=dtype)
-    return g
+    return random_maker(dtype, GEN)
 
 
 def _fresh_like(t: torch.Tensor) -> torch.Tensor:

@@ -125,3 +125,13 @@ class T:
 
     def __repr__(self) -> str:
         return f"T{self.shape}"
+
+
+def random_maker(dtype: torch.dtype, generator: torch.Generator):
+    """``g(*shape)``: fresh random values of ``dtype`` (normal for floating types, integers in
+    [-50, 50) otherwise), drawn from ``generator``."""
+    def g(*shape):
+        if dtype.is_floating_point:
+            return torch.randn(shape, generator=generator, dtype=torch.float64).to(dtype)
+        return torch.randint(-50, 50, shape, generator=generator, dtype=dtype)
+    return g
