@@ -10,6 +10,7 @@ import torch
 from breaks_corpus import build_module
 
 from fireclay_capture import capture
+from fireclay_capture.backends import lookup_backend
 from fireclay_ir import verify
 
 MODULE, CASES = build_module()
@@ -503,3 +504,57 @@ def _caller_unpacking_callee_results(x):
                          ids=["callee_containers", "callee_loop_state", "caller_list", "caller_object"])
 def test_break_after_a_callee_changed_containers(fn, splits):
     _check_split_or_fallback(fn, splits)
+
+
+def _passes_on(x):
+    y = x.sin() * 2
+    print(end="")  # a graph break; the rest returns y as it is
+    return y
+
+
+def _passes_on_several(x, w):
+    y = x @ w
+    print(end="")
+    return y, w, (x, y)
+
+
+def _breaks_inside(t):
+    u = t.cos()
+    print(end="")
+    return u + 1
+
+
+def _wrapper_of_a_break(x):
+    return _breaks_inside(x)  # the wrapper's resume function only passes the result on
+
+
+def _nothing_computed(x):
+    print(end="")
+    return x
+
+
+# (case, function, number of arguments, graphs with nodes)
+PASS_ON = [("result", _passes_on, 1, 1), ("results and inputs", _passes_on_several, 2, 1),
+           ("wrapper", _wrapper_of_a_break, 1, 2), ("no graph at all", _nothing_computed, 1, 0)]
+
+
+@pytest.mark.parametrize("fn,arity,graphs", [c[1:] for c in PASS_ON], ids=[c[0] for c in PASS_ON])
+@pytest.mark.parametrize("grad", [False, True])
+def test_graphs_that_only_return_inputs_reach_no_backend(fn, arity, graphs, grad):
+    compiled_graphs = []
+
+    def backend(program, example_inputs):
+        compiled_graphs.append(program)
+        return lookup_backend("eager")(program, example_inputs)
+
+    cf = capture(fn, backend=backend)
+    for _ in range(2):
+        args = [torch.randn(3, 3, requires_grad=grad) for _ in range(arity)]
+        got, want = cf(*args), fn(*args)
+        torch.testing.assert_close(got, want)
+        if fn is _passes_on_several:
+            assert got[1] is args[1] and got[2][0] is args[0]  # the inputs themselves, as eager returns
+        if fn is _nothing_computed:
+            assert got is args[0]
+    assert all(p.graphs[p.entry].nodes for p in compiled_graphs)
+    assert len(compiled_graphs) == graphs

@@ -11,7 +11,7 @@ import logging
 import sys
 import types
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -347,7 +347,7 @@ class CapturedFunction(CaptureWrapper):
         if guards_log.isEnabledFor(logging.INFO):
             guards_log.info("guards of %s, entry %d (%d guards):\n%s", self._where(), len(self.cache.entries),
                             len(guards.guards), guards.source.rstrip())
-        compiled = self.backend(program, list(tx.example_inputs))
+        compiled = _returned_inputs(program.graphs[program.entry]) or self.backend(program, list(tx.example_inputs))
         if self.stats.captures or self.stats.fallbacks:
             self.stats.recompiles += 1
         self.stats.captures += 1
@@ -450,6 +450,20 @@ def _plain_parameters(code: types.CodeType) -> bool:
     n = code.co_argcount + code.co_kwonlyargcount + bool(code.co_flags & CO_VARARGS) \
         + bool(code.co_flags & CO_VARKEYWORDS)
     return all(name.isidentifier() for name in code.co_varnames[:n])
+
+
+def _returned_inputs(graph: Any) -> Callable[..., tuple] | None:
+    """For a graph without nodes that returns some of its inputs (the part of a function after its
+    last break that only passes a result on; a wrapper's resume function), the callable that hands
+    those inputs back, the very objects eager returns: no backend compiles it, as TorchDynamo calls
+    none for a graph without calls. None for any other graph."""
+    if graph.nodes:
+        return None
+    positions = {id(v): i for i, v in enumerate(graph.inputs)}
+    if not all(id(o) in positions for o in graph.outputs):
+        return None
+    picks = [positions[id(o)] for o in graph.outputs]
+    return lambda *inputs: tuple(inputs[i] for i in picks)
 
 
 def _is_torch_container(module: torch.nn.Module) -> bool:
