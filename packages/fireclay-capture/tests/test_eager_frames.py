@@ -370,3 +370,40 @@ def test_torch_layers_with_eager_fast_paths_run_as_they_are_after_a_break():
         names.append(c.code.co_qualname)
         pending.extend(c.children)
     assert "MultiheadAttention.forward" not in names
+
+
+def _closure_made_per_call(x):
+    def inner(t):
+        u = t.cos()
+        print(end="")  # a graph break inside the closure: it becomes a callee of its own
+        return u * 2
+    return inner(x) + 1
+
+
+class _FreshPool(torch.nn.Module):
+    def forward(self, x):
+        pool = Block()  # a module of the user's made on every call (weights differ each time)
+        print(end="")
+        return pool(x).sum()
+
+
+@pytest.mark.parametrize("fn", [_closure_made_per_call, _FreshPool()], ids=["closure", "module"])
+def test_callees_made_anew_on_every_call_stop_being_captured(fn, monkeypatch, caplog):
+    from fireclay_capture.config import config
+
+    monkeypatch.setattr(config, "recompile_limit", 3)
+    compiled = capture(fn)
+    with caplog.at_level("WARNING", logger="fireclay_capture"):
+        for seed in range(7):
+            x = torch.randn(2, 4)
+            torch.manual_seed(seed)
+            want = fn(x)
+            torch.manual_seed(seed)
+            torch.testing.assert_close(compiled(x), want)
+    tree, pending = [], [compiled]
+    while pending:
+        tree.append(pending.pop())
+        pending.extend(tree[-1].children)
+    made_anew = [c for c in tree if c.code.co_name in ("inner", "forward") and c is not compiled]
+    assert len(made_anew) == 3  # one per call up to the limit, then they run as they are
+    assert sum("made on every call" in r.getMessage() for r in caplog.records) == 1

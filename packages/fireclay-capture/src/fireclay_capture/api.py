@@ -130,6 +130,9 @@ class CapturedFunction(CaptureWrapper):
         # Functions this one reaches after its graph breaks, each captured on its own: resume
         # functions by (offset, stack layout) under their BreakPlan, callees by function.
         self._callees: dict = {}
+        # Callees captured per code object (shared with _callees): a function or module made anew
+        # on every call (a closure defined in forward) would otherwise be captured on every call.
+        self._callee_codes: dict[types.CodeType, int] = {}
         self.children: list[CapturedFunction] = []
         # A function or module captured on its own is its own callee: a frame that runs eagerly
         # and calls it again (recursion) reaches this capture, not a second one.
@@ -395,6 +398,8 @@ class CapturedFunction(CaptureWrapper):
             return fn
         captured = self._callees.get(func)
         if captured is None:
+            if not self._may_capture_another(func.__code__):
+                return fn
             captured = self._callees[func] = self._child(func)
             captured.empty_runs_eagerly = True
         return functools.partial(captured, fn.__self__) if fn is not func else captured
@@ -409,13 +414,30 @@ class CapturedFunction(CaptureWrapper):
             return module  # hooks run around forward (FSDP2's gathers): called as it is, as before the break
         captured = self._callees.get(module)
         if captured is None:
+            if not self._may_capture_another(forward.__code__):
+                return module
             captured = self._callees[module] = self._child(module)
             captured.empty_runs_eagerly = True
         return captured
 
+    def _may_capture_another(self, code: types.CodeType) -> bool:
+        """Whether one more function or module running ``code`` is captured on its own: up to the
+        recompile limit per code object, as TorchDynamo's cache per code. Past it (a closure or a
+        module made anew on every call), new ones run as they are, with a warning."""
+        captured = self._callee_codes.get(code, 0)
+        if captured >= config.recompile_limit:
+            warn_fallback(log, _code_place(code), "made anew",
+                          f"running eagerly: {_code_place(code)} was captured for {captured} different function or "
+                          "module objects (one is made on every call); new ones run as they are. Define the "
+                          "function or module once, outside the function called on every step, to have it compiled")
+            return False
+        self._callee_codes[code] = captured + 1
+        return True
+
     def _child(self, target: Any) -> CapturedFunction:
         captured = CapturedFunction(target, self.backend, False, self.dynamic)
         captured._callees = self._callees  # one registry for the whole tree
+        captured._callee_codes = self._callee_codes
         self.children.append(captured)
         return captured
 
