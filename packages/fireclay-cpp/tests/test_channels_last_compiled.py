@@ -31,8 +31,10 @@ def copies(monkeypatch):
 @pytest.mark.parametrize("case", PROGRAMS, ids=[c.name for c in PROGRAMS])
 def test_conv_program_matches_eager(case, dtype, copies):
     program, b, make_inputs = build(case, dtype, seed=11 + sum(map(ord, case.name)))
-    scheduled = schedule(lower(program))  # the default: channels-last for CPU convolutions
-    assert any(layout.is_channels_last(buf.size, buf.stride) for buf in scheduled.program.buffers.values())
+    scheduled = schedule(lower(program))  # the default: channels-last for CPU convolutions...
+    # ...unless copying the weights would cost more than the activations move
+    expected = case.name != "heavy_weights"
+    assert any(layout.is_channels_last(buf.size, buf.stride) for buf in scheduled.program.buffers.values()) is expected
     compiled = fireclay_cpp.compile_program(scheduled)
     for _ in range(2):
         inputs = make_inputs()

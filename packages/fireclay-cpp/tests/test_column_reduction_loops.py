@@ -85,7 +85,7 @@ SHAPES = [
     ("one_block", 2, COLUMN_BLOCK, 6, 6),
     ("ragged_blocks", 3, 2 * COLUMN_BLOCK + 7, 5, 3),
     ("few_channels", 4, 3, 7, 9),
-    ("one_image", 1, 24, 4, 4),
+    ("one_image", 1, 24, 6, 6),  # activations outweighing the 3x3 weight: a channels-last program
 ]
 
 

@@ -81,10 +81,19 @@ def transposed_conv(b, g):
 
 
 def one_channel_and_one_pixel(b, g):
-    """Layouts that are both contiguous and channels-last: one input channel, a 1x1 output."""
-    x, w1, w2 = b.input(g(3, 1, 6, 6), "x"), b.input(g(4, 1, 3, 3), "w1"), b.input(g(5, 4, 6, 6), "w2")
+    """Layouts that are both contiguous and channels-last: one input channel, a 1x1 output (a
+    batch of 8: activations outweigh the 6x6 weight, which the CPU copies on every call)."""
+    x, w1, w2 = b.input(g(8, 1, 6, 6), "x"), b.input(g(4, 1, 3, 3), "w1"), b.input(g(5, 4, 6, 6), "w2")
     y = b.call("relu.default", _conv(b, x, w1))
     return [_conv(b, y, w2, padding=0), y]
+
+
+def heavy_weights(b, g):
+    """ResNet's deep layers at a small batch: 3x3 weights of more elements than the activations
+    they see (a channels-last CPU program would copy them on every call)."""
+    x, w1, w2 = b.input(g(2, 8, 2, 2), "x"), b.input(g(16, 8, 3, 3), "w1"), b.input(g(16, 16, 3, 3), "w2")
+    y = b.call("relu.default", _conv(b, x, w1))
+    return [_conv(b, y, w2)]
 
 
 def channels_last_input(b, g):
@@ -157,6 +166,7 @@ PROGRAMS = [
     ConvProgram(conv_bn_relu_pool), ConvProgram(stem_padded_pool), ConvProgram(strided_conv_bias), ConvProgram(grouped_and_depthwise),
     ConvProgram(pointwise_conv_residual), ConvProgram(padded_dilated), ConvProgram(transposed_conv),
     ConvProgram(one_channel_and_one_pixel), ConvProgram(channels_last_input, meta_strides_differ=True),
+    ConvProgram(heavy_weights),
     ConvProgram(training_forward, saved=(1, 2, 3, 4, 5)), ConvProgram(training_backward),
     ConvProgram(avg_pool_backward),
 ]

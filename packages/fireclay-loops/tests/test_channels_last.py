@@ -137,6 +137,23 @@ def test_on_cuda_float32_training_keeps_eager_layout(name, dtype, expected):
     assert layout.uses_channels_last(cpu_program.main, ("cpu", "cuda"))
 
 
+@pytest.mark.parametrize("batch,expected", [(2, False), (32, True)])
+def test_cpu_programs_whose_weight_copies_outweigh_activations_keep_eager_layout(batch, expected):
+    """A channels-last CPU program copies every k x k weight on every call: worth it only where
+    the convolutions' activations have at least as many elements (ResNet-18 at batch 2: 1.8x
+    slower channels-last). CUDA's choice is its own."""
+    case = next(c for c in PROGRAMS if c.name == "heavy_weights")
+    program, _, _ = build(case, torch.float32, seed=5)
+    assert not layout.uses_channels_last(program.main, ("cpu",))
+    b = AtenBuilder()
+    x = b.input(torch.randn(batch, 16, 4, 4), "x")
+    w = b.input(torch.randn(32, 16, 3, 3), "w")  # 4608 elements to copy; activations 256 a sample
+    conv = b.call("convolution.default", x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    assert layout.uses_channels_last(b.output(conv).main, ("cpu",)) is expected
+    cuda_program, _, _ = build(case, torch.bfloat16, seed=5, device="cuda")
+    assert layout.uses_channels_last(cuda_program.main, ("cpu", "cuda"))
+
+
 def test_programs_without_2d_convolutions_are_left_alone():
     b = AtenBuilder()
     x, w = b.input(torch.randn(2, 3, 9), "x"), b.input(torch.randn(4, 3, 3), "w")

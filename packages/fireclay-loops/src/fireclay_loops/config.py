@@ -16,7 +16,9 @@ turn them off only for inputs you trust. What they cost is measured in docs/stat
 ``channels_last`` names device types, not devices: ``cpu``, ``cuda``. On the CPU, oneDNN runs
 convolutions on channels-last tensors without reordering them on every call, and on CUDA cuDNN
 runs its NHWC kernels, so the layout around convolutions is channels-last by default on both (see
-:mod:`fireclay_loops.layout`; what it gains is measured in docs/status.md). On CUDA float32
+:mod:`fireclay_loops.layout`; what it gains is measured in docs/status.md). On the CPU a program
+stays in eager's layout where its k x k weights, copied channels-last on every call, outweigh the
+activations its convolutions read (ResNet at a small batch). On CUDA float32
 training keeps eager's layout: under torch's default ``torch.backends.cudnn.allow_tf32 = True``,
 cuDNN picks TF32 kernels for NHWC float32 convolutions where eager's NCHW calls often do not (a
 BatchNorm network's float32 gradients moved by up to 6e-2 relative); float32 inference and 16-bit

@@ -30,6 +30,7 @@ inference was faster with it, mostly the convolutions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -118,6 +119,8 @@ def uses_channels_last(graph: Any, device_types: Sequence[str]) -> bool:
         return len(a.meta.shape) if isinstance(a, Value) and a.is_tensor else None
 
     training = SAVED_OUTPUTS in graph.meta or any(n.op == "aten::convolution_backward.default" for n in graph.nodes)
+    if "cpu" in device_types and _cpu_weight_copies_outweigh_activations(graph, rank_of):
+        device_types = [d for d in device_types if d != "cpu"]
     for node in graph.nodes:
         if node.dialect == "aten" and is_2d_convolution(node.op, node.args, rank_of):
             first = node.args[1] if node.op == "aten::convolution_backward.default" else node.args[0]
@@ -127,6 +130,38 @@ def uses_channels_last(graph: Any, device_types: Sequence[str]) -> bool:
             if device in device_types:
                 return True
     return False
+
+
+def _cpu_weight_copies_outweigh_activations(graph: Any, rank_of: Callable[[Any], int | None]) -> bool:
+    """Whether the CPU convolutions of ``graph`` have far more weight elements to copy than
+    activation elements to read (``WEIGHT_COPY_LIMIT`` times). A channels-last program copies every
+    k x k weight (its input, in eager's layout) into channels-last on every call: oneDNN given the
+    weight as it is reorders it itself, 2.5x slower still. Measured (1 thread, docs/status.md):
+    ResNet-18 at batch 2 x 64 x 64, 31 weight elements to copy per activation element, ran 1.8x
+    slower channels-last; the hf suite's small ResNet, 1.35 per element, 1.27x faster;
+    MobileNet-V3 and EfficientNet, whose depthwise and 1 x 1 weights are the same memory in both
+    layouts, 15-35% faster. Unknown sizes count as large activations."""
+    weights = activations = 0
+    for node in graph.nodes:
+        if node.dialect != "aten" or not is_2d_convolution(node.op, node.args, rank_of):
+            continue
+        backward = node.op == "aten::convolution_backward.default"
+        first = node.args[1] if backward else node.args[0]
+        if str(first.meta.device).split(":")[0] != "cpu":
+            continue
+        acts = [node.args[0], node.args[1]] if backward else [node.args[0]]
+        weight = node.args[2] if backward else node.args[1]
+        sizes = [a.meta.shape for a in acts] + [weight.meta.shape]
+        if not all(isinstance(d, int) for shape in sizes for d in shape):
+            return False
+        activations += sum(math.prod(a.meta.shape) for a in acts)
+        if can_be_channels_last(weight.meta.shape):
+            weights += math.prod(weight.meta.shape)
+    return weights > WEIGHT_COPY_LIMIT * activations
+
+
+# Weight elements copied per activation element read past which a CPU program keeps eager's layout.
+WEIGHT_COPY_LIMIT = 4
 
 
 def loop_order(size: Sequence[Any], stride: Sequence[Any]) -> list[int]:

@@ -71,9 +71,7 @@ class UserFunctionVar(Var):
         if name in ("__qualname__", "__module__", "__doc__", "__code__"):
             return const(getattr(self.fn, name))
         if name == "__class__":  # torchvision's usage logging names a function by its type's name
-            from fireclay_capture.variables.objects import ClassVar
-
-            return ClassVar(type(self.fn))
+            return tx.wrap(type(self.fn), ConstSource(type(self.fn), "c"))
         if name == "__wrapped__" and hasattr(self.fn, "__wrapped__"):
             return tx.wrap(self.fn.__wrapped__, AttrSource(self.source, name) if self.source else None)
         raise Unsupported(f"reading attribute {name!r} of function {self.fn.__qualname__}")
@@ -149,9 +147,7 @@ class NestedFunctionVar(Var):
         if name == "__module__":  # what MAKE_FUNCTION sets: the defining module's name
             return const(self.f_globals.get("__name__"))
         if name == "__class__":
-            from fireclay_capture.variables.objects import ClassVar
-
-            return ClassVar(types.FunctionType)
+            return tx.wrap(types.FunctionType, ConstSource(types.FunctionType, "c"))
         raise Unsupported(f"reading attribute {name!r} of a nested function")
 
     def __repr__(self):
@@ -236,6 +232,8 @@ class BuiltinVar(Var):
         return super().getitem(tx, key)
 
     def getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__") and isinstance(getattr(self.fn, name, None), str):
+            return const(getattr(self.fn, name))  # a builtin's names are constants
         if isinstance(self.fn, type):
             attr = inspect.getattr_static(self.fn, name, None)
             if isinstance(attr, (classmethod, staticmethod)) or name in ("fromkeys",):
