@@ -31,7 +31,7 @@ inference was faster with it, mostly the convolutions.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import sympy
@@ -118,21 +118,29 @@ def uses_channels_last(graph: Any, device_types: Sequence[str]) -> bool:
     def rank_of(a: Any) -> int | None:
         return len(a.meta.shape) if isinstance(a, Value) and a.is_tensor else None
 
-    training = SAVED_OUTPUTS in graph.meta or any(n.op == "aten::convolution_backward.default" for n in graph.nodes)
-    if "cpu" in device_types and _cpu_weight_copies_outweigh_activations(graph, rank_of):
+    convolutions = list(_convolutions(graph, rank_of))
+    training = SAVED_OUTPUTS in graph.meta or any(backward for _, backward, _ in convolutions)
+    if "cpu" in device_types and _cpu_weight_copies_outweigh_activations(convolutions):
         device_types = [d for d in device_types if d != "cpu"]
-    for node in graph.nodes:
-        if node.dialect == "aten" and is_2d_convolution(node.op, node.args, rank_of):
-            first = node.args[1] if node.op == "aten::convolution_backward.default" else node.args[0]
-            device = str(first.meta.device).split(":")[0]
-            if device == "cuda" and training and first.meta.dtype not in ("bfloat16", "float16"):
-                continue
-            if device in device_types:
-                return True
+    for node, backward, device in convolutions:
+        first = node.args[1] if backward else node.args[0]
+        if device == "cuda" and training and first.meta.dtype not in ("bfloat16", "float16"):
+            continue
+        if device in device_types:
+            return True
     return False
 
 
-def _cpu_weight_copies_outweigh_activations(graph: Any, rank_of: Callable[[Any], int | None]) -> bool:
+def _convolutions(graph: Any, rank_of: Callable[[Any], int | None]) -> Iterator[tuple[Any, bool, str]]:
+    """The 2-D convolutions of an aten graph: (node, whether it is a backward, its device type)."""
+    for node in graph.nodes:
+        if node.dialect == "aten" and is_2d_convolution(node.op, node.args, rank_of):
+            backward = node.op == "aten::convolution_backward.default"
+            first = node.args[1] if backward else node.args[0]
+            yield node, backward, str(first.meta.device).split(":")[0]
+
+
+def _cpu_weight_copies_outweigh_activations(convolutions: list[tuple[Any, bool, str]]) -> bool:
     """Whether the CPU convolutions of ``graph`` have far more weight elements to copy than
     activation elements to read (``WEIGHT_COPY_LIMIT`` times). A channels-last program copies every
     k x k weight (its input, in eager's layout) into channels-last on every call: oneDNN given the
@@ -142,12 +150,8 @@ def _cpu_weight_copies_outweigh_activations(graph: Any, rank_of: Callable[[Any],
     MobileNet-V3 and EfficientNet, whose depthwise and 1 x 1 weights are the same memory in both
     layouts, 15-35% faster. Unknown sizes count as large activations."""
     weights = activations = 0
-    for node in graph.nodes:
-        if node.dialect != "aten" or not is_2d_convolution(node.op, node.args, rank_of):
-            continue
-        backward = node.op == "aten::convolution_backward.default"
-        first = node.args[1] if backward else node.args[0]
-        if str(first.meta.device).split(":")[0] != "cpu":
+    for node, backward, device in convolutions:
+        if device != "cpu":
             continue
         acts = [node.args[0], node.args[1]] if backward else [node.args[0]]
         weight = node.args[2] if backward else node.args[1]
