@@ -45,6 +45,14 @@ def test_logits_gradient_is_padded_in_place_on_cuda():
     compiled = fireclay_triton.compile_program(program)
     assert programs.padded_operands(compiled.scheduled, 50264) == (1, 1)
     inputs = [t.to(torch.bfloat16).cuda() for t in programs.fresh_inputs(b, 1)]
-    for g, want in zip(compiled(*inputs), b.eager(*inputs)):
+    x, w, h = inputs
+    grad = (x - 0.5) * 2.0  # in bf16, rounded as the program rounds it
+    exact = (grad.double() @ w.double(), grad.double().t() @ h.double())
+    for g, want, ref in zip(compiled(*inputs), b.eager(*inputs), exact):
         assert g.stride() == want.stride()
-        torch.testing.assert_close(g.float(), want.float(), atol=2.0, rtol=3e-2)
+        # eager's own bf16 GEMM over 50257 terms may reduce split-K partial sums in bf16
+        # (torch's default allow_bf16_reduced_precision_reduction), and it picks another
+        # algorithm for K=50257 than ours for K=50264: both are judged against float64, and
+        # ours may be off by no more than eager is, or by a rounding of the output.
+        ours, eagers = ((t.double() - ref).abs().max().item() for t in (g, want))
+        assert ours <= max(1.5 * eagers, ref.abs().max().item() * 2.0**-7), (ours, eagers)
