@@ -138,6 +138,20 @@ def capture_py313(session: nox.Session) -> None:
     _pytest(session, str(tests / "test_corpus.py"), str(tests / "test_graph_breaks.py"))
 
 
+@nox.session(name="torch-2.14", venv_backend="venv", reuse_venv=True)
+def torch_214(session: nox.Session) -> None:
+    """The stages that follow torch's internals (shapes, capture, autograd, loops) on torch 2.14
+    (not part of ``tests``, which runs the pin in constraints.txt).
+
+    pip on this machine's Python 3.11 finds torch 2.14.1 on local disk; it is a CUDA build (several
+    GB), so the environment is kept between runs. venv + pip, not uv: uv does not look there. No
+    fireclay-triton: that torch build pins a triton of its own."""
+    stages = ("fireclay-shapes", "fireclay-capture", "fireclay-autograd", "fireclay-loops")
+    session.install(_path("fireclay-ir"), *(_path(d) for d in stages), f"{_path('fireclay-capture')}[test]",
+                    "torch==2.14.1")
+    _pytest(session, *(str(ROOT / "packages" / d / "tests") for d in stages))
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff over the whole repository (ruff.toml), the import-cycle check of every package

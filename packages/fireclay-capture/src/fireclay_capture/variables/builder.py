@@ -212,7 +212,7 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
         else:
             _guard_id(g, source, value)
         return UserFunctionVar(value, source)
-    if isinstance(value, types.MethodType) and is_function_apply(value) and isinstance(value.__self__, type):
+    if is_function_apply(value):  # a bound method, or from torch 2.14 on a bound builtin
         cls_var = wrap(tx, value.__self__, AttrSource(source, "__self__") if source else None)
         return AutogradFunctionApplyVar(value.__self__, cls_var, source)
     if is_numpy_ufunc(value):

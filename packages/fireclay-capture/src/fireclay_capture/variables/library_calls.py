@@ -4,6 +4,7 @@ ufuncs on Python numbers (answered at trace time, as constants)."""
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
@@ -39,14 +40,17 @@ def _apply_forward_only(cls: Any, *args: Any, **kwargs: Any) -> Any:
         return cls.forward(*args, **kwargs)
 
 
-_APPLY = torch.autograd.Function.apply.__func__
+# A Python classmethod up to torch 2.13, a classmethod of the C base class from 2.14 on: either
+# way, the object a subclass that does not override ``apply`` finds on its class.
+_APPLY = inspect.getattr_static(torch.autograd.Function, "apply")
 
 
 def is_function_apply(value: Any) -> bool:
     """``value`` is ``SomeFunction.apply`` for a subclass of ``torch.autograd.Function``."""
     owner = getattr(value, "__self__", None)
-    return (getattr(value, "__func__", None) is _APPLY and isinstance(owner, type)
-            and issubclass(owner, torch.autograd.Function))
+    return (isinstance(owner, type) and issubclass(owner, torch.autograd.Function)
+            and getattr(value, "__name__", None) == "apply"
+            and inspect.getattr_static(owner, "apply", None) is _APPLY)
 
 
 class AutogradFunctionApplyVar(Var):

@@ -234,9 +234,9 @@ class ClassVar(Var):
             attr = inspect.getattr_static(self.cls, name)
         except AttributeError:
             raise ObservedException(AttributeError, f"type object {self.cls.__name__!r} has no attribute {name!r}") from None
+        if name == "apply" and is_function_apply(getattr(self.cls, name)):
+            return AutogradFunctionApplyVar(self.cls, self)
         if isinstance(attr, classmethod):
-            if is_function_apply(getattr(self.cls, name)):
-                return AutogradFunctionApplyVar(self.cls, self)
             return UserMethodVar(tx.wrap(attr.__func__, None), self)
         if isinstance(attr, staticmethod):
             return tx.wrap(attr.__func__, None)
