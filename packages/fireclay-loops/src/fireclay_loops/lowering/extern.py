@@ -166,7 +166,32 @@ def lower_convolution(ctx: LoweringContext, x: TensorValue, *args: Any, **kwargs
 def lower_convolution_backward(ctx: LoweringContext, grad_output: TensorValue, x: TensorValue, *args: Any,
                                **kwargs: Any) -> Any:
     """The gradient and the input channels-last (the weight as it is): the library then
-    writes the input gradient channels-last too."""
+    writes the input gradient channels-last too. A depthwise backward whose kernel is larger
+    than its image gets both in eager's layout instead (:func:`layout.depthwise_backward_keeps_
+    eager_layout`), and writes its gradients in that layout."""
     if not ctx.channels_last or x.rank != 4:
         return fallback(ctx, kind="fallback")
+    weight, groups = args[0], args[7] if len(args) > 7 else kwargs.get("groups")
+    if (str(x.device).startswith("cpu") and isinstance(weight, TensorValue)
+            and layout.depthwise_backward_keeps_eager_layout(_static(x.size), _static(weight.size), groups)):
+        return fallback(ctx, kind="fallback", replace=_contiguous_activations(ctx, (0, 1)))
     return fallback(ctx, kind="fallback", replace=_channels_last_activations(ctx, (0, 1)))
+
+
+def _static(size: Sequence[Any]) -> list[Any]:
+    return [int(d) if isinstance(d, sympy.Integer) else d for d in size]
+
+
+def _contiguous_activations(ctx: LoweringContext, positions: tuple[int, ...]) -> dict[Any, TensorValue]:
+    """Contiguous (eager's layout) versions of the arguments at ``positions`` of the current node."""
+    replace: dict[Any, TensorValue] = {}
+    for k in positions:
+        a = ctx.node.args[k]
+        v = ctx.env.get(a)
+        if not isinstance(v, TensorValue) or a in replace:
+            continue
+        strides = exprs.contiguous_strides(v.size)
+        if isinstance(v, BufferValue) and all(sympy.simplify(s - t) == 0 for s, t in zip(v.stride, strides)):
+            continue
+        replace[a] = ctx.pointwise(v.size, v.dtype, v.device, v.load, stride=strides)
+    return replace
