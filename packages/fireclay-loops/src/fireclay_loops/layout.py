@@ -82,7 +82,12 @@ def is_channels_last(size: Sequence[Any], stride: Sequence[Any]) -> bool:
     size = [exprs.as_expr(s) for s in size]
     if exprs.equal(size[1], 1) or (exprs.equal(size[2], 1) and exprs.equal(size[3], 1)):
         return False
-    return _same(size, stride, channels_last_strides(size)) and not _same(size, stride, exprs.contiguous_strides(size))
+    return _same(size, stride, channels_last_strides(size)) and not is_contiguous(size, stride)
+
+
+def is_contiguous(size: Sequence[Any], stride: Sequence[Any]) -> bool:
+    """Whether a tensor is stored in eager's default (row-major) layout."""
+    return len(size) == len(stride) and _same(size, stride, exprs.contiguous_strides(size))
 
 
 def can_be_channels_last(size: Sequence[Any]) -> bool:

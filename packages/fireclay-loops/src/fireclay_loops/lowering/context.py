@@ -160,12 +160,16 @@ class LoweringContext:
             self._reads_cl[key] = found
         return self._reads_cl[key]
 
-    def channels_last_arg(self, value: TensorValue) -> TensorValue:
-        """``value`` as a channels-last buffer view: itself when it is one, else a copy."""
-        if isinstance(value, BufferValue) and layout.is_channels_last(value.size, value.stride):
+    def arg_in_layout(self, value: TensorValue, channels_last: bool) -> TensorValue:
+        """``value`` as a buffer view channels-last or in eager's layout: itself when it is one,
+        else a copy."""
+        if channels_last:
+            stride, already = layout.channels_last_strides(value.size), layout.is_channels_last
+        else:
+            stride, already = exprs.contiguous_strides(value.size), layout.is_contiguous
+        if isinstance(value, BufferValue) and already(value.size, value.stride):
             return value
-        return self.pointwise(value.size, value.dtype, value.device, value.load,
-                              stride=layout.channels_last_strides(value.size))
+        return self.pointwise(value.size, value.dtype, value.device, value.load, stride=stride)
 
     def _meta(self) -> dict[str, Any]:
         node = self.node

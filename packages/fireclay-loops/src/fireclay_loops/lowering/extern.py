@@ -139,15 +139,16 @@ for _target in FUSED_ATTENTION_BACKWARD_OPS:
     register_lowering(_target)(lower_fused_attention_backward)
 
 
-def _channels_last_activations(ctx: LoweringContext, positions: tuple[int, ...]) -> dict[Any, TensorValue]:
-    """Channels-last versions of the 4-D activations at ``positions`` of the current node's
-    arguments (those that can have that layout), by graph value."""
+def _activations_in_layout(ctx: LoweringContext, positions: tuple[int, ...],
+                           channels_last: bool = True) -> dict[Any, TensorValue]:
+    """The 4-D activations at ``positions`` of the current node's arguments (those that can be
+    channels-last) channels-last, or in eager's layout, by graph value."""
     replace: dict[Any, TensorValue] = {}
     for k in positions:
         a = ctx.node.args[k]
         v = ctx.env.get(a)
         if isinstance(v, TensorValue) and layout.can_be_channels_last(v.size) and a not in replace:
-            replace[a] = ctx.channels_last_arg(v)
+            replace[a] = ctx.arg_in_layout(v, channels_last)
     return replace
 
 
@@ -159,7 +160,7 @@ def lower_convolution(ctx: LoweringContext, x: TensorValue, *args: Any, **kwargs
     more than this program's copy kernel.)"""
     if not ctx.channels_last or x.rank != 4:
         return fallback(ctx, kind="extern")
-    return fallback(ctx, kind="extern", replace=_channels_last_activations(ctx, (0, 1)))
+    return fallback(ctx, kind="extern", replace=_activations_in_layout(ctx, (0, 1)))
 
 
 @register_lowering("convolution_backward.default")
@@ -173,25 +174,8 @@ def lower_convolution_backward(ctx: LoweringContext, grad_output: TensorValue, x
         return fallback(ctx, kind="fallback")
     weight, groups = args[0], args[7] if len(args) > 7 else kwargs.get("groups")
     if (str(x.device).startswith("cpu") and isinstance(weight, TensorValue)
-            and layout.depthwise_backward_keeps_eager_layout(_static(x.size), _static(weight.size), groups)):
-        return fallback(ctx, kind="fallback", replace=_contiguous_activations(ctx, (0, 1)))
-    return fallback(ctx, kind="fallback", replace=_channels_last_activations(ctx, (0, 1)))
+            and layout.depthwise_backward_keeps_eager_layout([exprs.to_static(d) for d in x.size],
+                                                             [exprs.to_static(d) for d in weight.size], groups)):
+        return fallback(ctx, kind="fallback", replace=_activations_in_layout(ctx, (0, 1), channels_last=False))
+    return fallback(ctx, kind="fallback", replace=_activations_in_layout(ctx, (0, 1)))
 
-
-def _static(size: Sequence[Any]) -> list[Any]:
-    return [int(d) if isinstance(d, sympy.Integer) else d for d in size]
-
-
-def _contiguous_activations(ctx: LoweringContext, positions: tuple[int, ...]) -> dict[Any, TensorValue]:
-    """Contiguous (eager's layout) versions of the arguments at ``positions`` of the current node."""
-    replace: dict[Any, TensorValue] = {}
-    for k in positions:
-        a = ctx.node.args[k]
-        v = ctx.env.get(a)
-        if not isinstance(v, TensorValue) or a in replace:
-            continue
-        strides = exprs.contiguous_strides(v.size)
-        if isinstance(v, BufferValue) and all(sympy.simplify(s - t) == 0 for s, t in zip(v.stride, strides)):
-            continue
-        replace[a] = ctx.pointwise(v.size, v.dtype, v.device, v.load, stride=strides)
-    return replace
