@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True)
     parser.add_argument("--backend", required=True)
-    parser.add_argument("--preset", choices=PRESETS, default="small")
+    parser.add_argument("--preset", choices=PRESETS, default="small", help="model sizes: small, medium or large")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--mode", choices=MODES, default="inference")
     parser.add_argument("--threads", type=int)

@@ -210,7 +210,8 @@ def _measure(model: str, backend: str, preset: str, caches: dict[str, str], thre
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="bert,mlp,cnn_bn")
-    parser.add_argument("--preset", default=None, help="the models' size: large on a GPU, small without one")
+    parser.add_argument("--preset", default=None, help="the models' size: small, medium or large (default: "
+                        "large on a GPU, small without one)")
     parser.add_argument("--inductor", action="store_true", help="torch.compile (Inductor) too, on a GPU")
     parser.add_argument("--threads", type=int, help="compile workers (default: the CPU count)")
     parser.add_argument("--pools", default="auto",

@@ -140,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", default="eager,fireclay")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--mode", choices=MODES, default="inference")
-    parser.add_argument("--preset", choices=PRESETS)
+    parser.add_argument("--preset", choices=PRESETS, help="model sizes: small (default on cpu), medium or large "
+                        "(default on cuda)")
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--threads", type=int)
     parser.add_argument("--profile-calls", type=int, default=50)

@@ -1,7 +1,7 @@
 """Run the benchmark suite: every model on every backend, numbers side by side.
 
     python -m benchmarks.run --backends eager,inductor,fireclay --device cpu --suite quick \
-        --mode inference [--models a,b] [--preset small|large] [--dtype bfloat16 | --amp bfloat16]
+        --mode inference [--models a,b] [--preset small|medium|large] [--dtype bfloat16 | --amp bfloat16]
         [--out DIR]
 
 Writes <out>/<device>-<suite>-<mode>-<preset>[-<dtype>]-<UTC date and time>.{json,md} and prints one
@@ -43,8 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mode", default="inference", choices=MODES)
     parser.add_argument("--models", default="", help="comma-separated model names (any model of the suite "
                         "registry, in the given order); overrides the suite's list")
-    parser.add_argument("--preset", choices=PRESETS, help="model sizes: small (default on cpu) or large "
-                        "(default on cuda)")
+    parser.add_argument("--preset", choices=PRESETS, help="model sizes: small (default on cpu), medium "
+                        "(4 layers x 256 wide, tens of ms per eager call on a CPU) or large (default on cuda)")
     parser.add_argument("--dtype", default="float32", choices=DTYPES, help="weights and floating inputs in "
                         "this dtype (what people run on GPUs: bfloat16)")
     parser.add_argument("--amp", choices=DTYPES[1:], help="float32 weights, the forward under torch.autocast "

@@ -5,8 +5,11 @@ Every model is a `ModelSpec`: a name, a family, and a `build(preset)` that retur
 ever downloaded: Hugging Face models are built from config objects, token ids come from
 `torch.randint`.
 
-Presets: "small" fits the 2-core CI machine (each eager step well under a second), "large" is
-for GPUs. Suites are named lists of models; `suite_models(name)` resolves one.
+Presets, in `PRESETS`: "small" fits the 2-core CI machine (each eager step well under a second),
+"medium" (4 layers x 256 wide, batch 4 x 128 tokens, 64 px images) is sized for a CPU benchmark
+where the kernels, not the per-call overhead, take most of a call, "large" is for GPUs. Every size
+table of the suite (`hf.SIZES`, the per-model tables beside each build) has one entry per preset.
+Suites are named lists of models; `suite_models(name)` resolves one.
 """
 
 from __future__ import annotations

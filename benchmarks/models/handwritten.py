@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -27,10 +29,24 @@ class MLP(nn.Module):
         return self.head(self.body(x))
 
 
+@dataclass(frozen=True)
+class MLPSize:
+    width: int
+    depth: int
+    batch: int
+
+
+MLP_SIZES = {
+    "small": MLPSize(width=256, depth=4, batch=64),
+    "medium": MLPSize(width=1024, depth=4, batch=256),
+    "large": MLPSize(width=2048, depth=8, batch=512),
+}
+
+
 def _mlp(preset: str) -> BuiltModel:
-    width, depth, batch = (256, 4, 64) if preset == "small" else (2048, 8, 512)
-    model = MLP(width, depth, 10)
-    return BuiltModel(model, lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else batch, width),)))
+    size = MLP_SIZES[preset]
+    model = MLP(size.width, size.depth, 10)
+    return BuiltModel(model, lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else size.batch, size.width),)))
 
 
 class ConvBNNet(nn.Module):
@@ -51,10 +67,25 @@ class ConvBNNet(nn.Module):
         return self.classifier(torch.flatten(F.adaptive_avg_pool2d(self.features(x), 1), 1))
 
 
+@dataclass(frozen=True)
+class CNNSize:
+    channels: tuple[int, ...]  # one conv stage per entry, each halving the image side
+    batch: int
+    image: int  # square image side
+
+
+CNN_SIZES = {
+    "small": CNNSize(channels=(16, 32, 64), batch=8, image=32),
+    "medium": CNNSize(channels=(32, 64, 128, 256), batch=16, image=64),
+    "large": CNNSize(channels=(64, 128, 256, 512), batch=64, image=128),
+}
+
+
 def _cnn_bn(preset: str) -> BuiltModel:
-    channels, batch, size = ((16, 32, 64), 8, 32) if preset == "small" else ((64, 128, 256, 512), 64, 128)
-    model = ConvBNNet(channels, 10)
-    return BuiltModel(model, lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else batch, 3, size, size),)))
+    size = CNN_SIZES[preset]
+    model = ConvBNNet(size.channels, 10)
+    return BuiltModel(model, lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else size.batch, 3, size.image,
+                                                               size.image),)))
 
 
 class TransformerBlock(nn.Module):
@@ -79,11 +110,26 @@ class TransformerBlock(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.norm2(x))))
 
 
+@dataclass(frozen=True)
+class BlockSize:
+    hidden: int
+    heads: int
+    batch: int
+    seq: int
+
+
+BLOCK_SIZES = {
+    "small": BlockSize(hidden=128, heads=4, batch=4, seq=64),
+    "medium": BlockSize(hidden=512, heads=8, batch=4, seq=128),
+    "large": BlockSize(hidden=1024, heads=16, batch=16, seq=512),
+}
+
+
 def _transformer_block(preset: str) -> BuiltModel:
-    hidden, heads, batch, seq = (128, 4, 4, 64) if preset == "small" else (1024, 16, 16, 512)
-    model = TransformerBlock(hidden, heads)
-    return BuiltModel(model, lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else batch,
-                                                               4 if tiny else seq, hidden),)))
+    size = BLOCK_SIZES[preset]
+    model = TransformerBlock(size.hidden, size.heads)
+    return BuiltModel(model, lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else size.batch,
+                                                               4 if tiny else size.seq, size.hidden),)))
 
 
 class LayerNormOnly(nn.Module):
@@ -95,10 +141,25 @@ class LayerNormOnly(nn.Module):
         return self.norm(x)
 
 
+@dataclass(frozen=True)
+class RowsSize:
+    """A (rows, hidden) activation: what the row-wise micro-benchmarks run over."""
+
+    rows: int
+    hidden: int
+
+
+ROWS_SIZES = {
+    "small": RowsSize(rows=4096, hidden=256),
+    "medium": RowsSize(rows=16384, hidden=512),
+    "large": RowsSize(rows=65536, hidden=1024),
+}
+
+
 def _layernorm(preset: str) -> BuiltModel:
-    rows, hidden = (4096, 256) if preset == "small" else (65536, 1024)
-    return BuiltModel(LayerNormOnly(hidden),
-                      lambda seed, tiny: Inputs((_randn(seed, 8 if tiny else rows, hidden),)))
+    size = ROWS_SIZES[preset]
+    return BuiltModel(LayerNormOnly(size.hidden),
+                      lambda seed, tiny: Inputs((_randn(seed, 8 if tiny else size.rows, size.hidden),)))
 
 
 class ScaledSoftmax(nn.Module):
@@ -112,11 +173,26 @@ class ScaledSoftmax(nn.Module):
         return torch.softmax(x * self.scale, dim=-1)
 
 
+@dataclass(frozen=True)
+class ScoresSize:
+    """Attention scores: (heads, seq, seq)."""
+
+    heads: int
+    seq: int
+
+
+SCORES_SIZES = {
+    "small": ScoresSize(heads=16, seq=128),
+    "medium": ScoresSize(heads=64, seq=512),
+    "large": ScoresSize(heads=256, seq=1024),
+}
+
+
 def _softmax(preset: str) -> BuiltModel:
-    heads, seq = (16, 128) if preset == "small" else (256, 1024)
+    size = SCORES_SIZES[preset]
     return BuiltModel(ScaledSoftmax(),
-                      lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else heads, 8 if tiny else seq,
-                                                        8 if tiny else seq),)))
+                      lambda seed, tiny: Inputs((_randn(seed, 1 if tiny else size.heads, 8 if tiny else size.seq,
+                                                        8 if tiny else size.seq),)))
 
 
 class PointwiseChain(nn.Module):
@@ -132,14 +208,22 @@ class PointwiseChain(nn.Module):
         return torch.tanh(y + residual) * 0.5 + torch.sigmoid(residual) * 0.5
 
 
+# Medium has half the layer norm's rows: three transcendental functions per element cost more.
+POINTWISE_SIZES = {
+    "small": RowsSize(rows=4096, hidden=256),
+    "medium": RowsSize(rows=8192, hidden=512),
+    "large": RowsSize(rows=65536, hidden=1024),
+}
+
+
 def _pointwise(preset: str) -> BuiltModel:
-    rows, hidden = (4096, 256) if preset == "small" else (65536, 1024)
+    size = POINTWISE_SIZES[preset]
 
     def inputs(seed: int, tiny: bool) -> Inputs:
-        count = 8 if tiny else rows
-        return Inputs((_randn(seed, count, hidden), _randn(seed + 1, count, hidden)))
+        count = 8 if tiny else size.rows
+        return Inputs((_randn(seed, count, size.hidden), _randn(seed + 1, count, size.hidden)))
 
-    return BuiltModel(PointwiseChain(hidden), inputs)
+    return BuiltModel(PointwiseChain(size.hidden), inputs)
 
 
 MODELS = [

@@ -31,6 +31,8 @@ class Sizes:
 SIZES = {
     "small": Sizes(hidden=64, layers=2, heads=4, intermediate=128, vocab=512, batch=2, seq=32,
                    image=32, audio_frames=64),
+    "medium": Sizes(hidden=256, layers=4, heads=4, intermediate=1024, vocab=8192, batch=4, seq=128,
+                    image=64, audio_frames=256),
     "large": Sizes(hidden=768, layers=6, heads=12, intermediate=3072, vocab=32000, batch=8, seq=512,
                    image=224, audio_frames=3000),
 }
@@ -193,9 +195,13 @@ def _bart_like(class_name: str, config_name: str):
     return build
 
 
+# Whisper's input channels: the released checkpoints have 80 mel bins; small keeps it cheap.
+WHISPER_MEL_BINS = {"small": 16, "medium": 80, "large": 80}
+
+
 def _whisper(preset: str) -> BuiltModel:
     s = SIZES[preset]
-    mel_bins = 16 if preset == "small" else 80
+    mel_bins = WHISPER_MEL_BINS[preset]
     model = _build("WhisperForConditionalGeneration", "WhisperConfig", vocab_size=s.vocab, num_mel_bins=mel_bins,
                    encoder_layers=s.layers, decoder_layers=s.layers, encoder_attention_heads=s.heads,
                    decoder_attention_heads=s.heads, d_model=s.hidden, encoder_ffn_dim=s.intermediate,
@@ -215,60 +221,119 @@ def _whisper(preset: str) -> BuiltModel:
     return BuiltModel(model, inputs)
 
 
+@dataclass(frozen=True)
+class AudioFeatures:
+    """Wav2Vec2's convolutional feature encoder and its raw-audio input."""
+
+    samples: int  # input length (16 kHz audio)
+    conv_dim: tuple[int, ...]
+    conv_stride: tuple[int, ...]
+    conv_kernel: tuple[int, ...]
+    position_kernel: int  # the convolutional position embedding's width
+
+
+# Large is the released feature encoder (a frame per 320 samples, 2 s of audio).
+WAV2VEC2 = {
+    "small": AudioFeatures(samples=3200, conv_dim=(32,) * 3, conv_stride=(5, 2, 2), conv_kernel=(10, 3, 3),
+                           position_kernel=16),
+    "medium": AudioFeatures(samples=12800, conv_dim=(128,) * 5, conv_stride=(5, 2, 2, 2, 2),
+                            conv_kernel=(10, 3, 3, 3, 3), position_kernel=32),
+    "large": AudioFeatures(samples=32000, conv_dim=(512,) * 7, conv_stride=(5, 2, 2, 2, 2, 2, 2),
+                           conv_kernel=(10, 3, 3, 3, 3, 2, 2), position_kernel=128),
+}
+
+
 def _wav2vec2(preset: str) -> BuiltModel:
-    s = SIZES[preset]
-    samples = 3200 if preset == "small" else 32000
+    s, audio = SIZES[preset], WAV2VEC2[preset]
     model = _build("Wav2Vec2Model", "Wav2Vec2Config", hidden_size=s.hidden, num_hidden_layers=s.layers,
-                   num_attention_heads=s.heads, intermediate_size=s.intermediate,
-                   conv_dim=(32, 32, 32) if preset == "small" else (512,) * 7,
-                   conv_stride=(5, 2, 2) if preset == "small" else (5, 2, 2, 2, 2, 2, 2),
-                   conv_kernel=(10, 3, 3) if preset == "small" else (10, 3, 3, 3, 3, 2, 2),
-                   num_conv_pos_embeddings=16 if preset == "small" else 128, num_conv_pos_embedding_groups=4,
+                   num_attention_heads=s.heads, intermediate_size=s.intermediate, conv_dim=audio.conv_dim,
+                   conv_stride=audio.conv_stride, conv_kernel=audio.conv_kernel,
+                   num_conv_pos_embeddings=audio.position_kernel, num_conv_pos_embedding_groups=4,
                    feat_extract_norm="layer", do_stable_layer_norm=True)
 
     def inputs(seed: int, tiny: bool) -> Inputs:
         generator = torch.Generator().manual_seed(seed)
-        batch, length = (1, 800) if tiny else (s.batch, samples)
+        batch, length = (1, 800) if tiny else (s.batch, audio.samples)
         return Inputs(kwargs={"input_values": torch.randn(batch, length, generator=generator)})
 
     return BuiltModel(model, inputs)
 
 
+# ViT/DeiT patch side: an 8 x 8 grid of patches below large, the released 16 px patches at large.
+VIT_PATCH = {"small": 4, "medium": 8, "large": 16}
+
+
 def _vit_like(class_name: str, config_name: str):
     def build(preset: str) -> BuiltModel:
         s = SIZES[preset]
-        model = _build(class_name, config_name, image_size=s.image, patch_size=s.image // 8 if preset == "small"
-                       else 16, hidden_size=s.hidden, num_hidden_layers=s.layers, num_attention_heads=s.heads,
+        model = _build(class_name, config_name, image_size=s.image, patch_size=VIT_PATCH[preset],
+                       hidden_size=s.hidden, num_hidden_layers=s.layers, num_attention_heads=s.heads,
                        intermediate_size=s.intermediate)
         return BuiltModel(model, _pixels(s))
 
     return build
 
 
+@dataclass(frozen=True)
+class Stages:
+    """A hierarchical vision model's stages (Swin, ConvNext): widths and block counts, stage by stage."""
+
+    widths: tuple[int, ...]
+    depths: tuple[int, ...]
+    patch: int = 4  # the stem's downsampling
+    heads: tuple[int, ...] = ()  # Swin: attention heads per stage
+    window: int = 7  # Swin: attention window side
+
+
+# Large is each model's released "tiny" layout (Swin-T, ConvNeXt-T); ResNet's below is ResNet-50's
+# (medium: ResNet-18's).
+# Swin doubles its width at every stage: only widths[0] is configured, the rest is for the reader.
+SWIN = {
+    "small": Stages(widths=(32, 64), depths=(2, 2), heads=(2, 4), patch=2, window=4),
+    "medium": Stages(widths=(64, 128, 256), depths=(2, 2, 2), heads=(2, 4, 8), patch=2, window=4),
+    "large": Stages(widths=(96, 192, 384, 768), depths=(2, 2, 6, 2), heads=(3, 6, 12, 24)),
+}
+CONVNEXT = {
+    "small": Stages(widths=(16, 32), depths=(1, 1), patch=2),
+    "medium": Stages(widths=(48, 96, 192, 384), depths=(1, 1, 3, 1), patch=2),
+    "large": Stages(widths=(96, 192, 384, 768), depths=(3, 3, 9, 3)),
+}
+
+
+@dataclass(frozen=True)
+class ResNetLayout:
+    stem: int  # channels of the 7x7 stride-2 stem convolution
+    widths: tuple[int, ...]
+    depths: tuple[int, ...]
+    block: str  # "basic" (two 3x3 convs) or "bottleneck" (1x1, 3x3, 1x1)
+
+
+RESNET = {
+    "small": ResNetLayout(stem=16, widths=(16, 32), depths=(1, 1), block="basic"),
+    "medium": ResNetLayout(stem=64, widths=(64, 128, 256, 512), depths=(2, 2, 2, 2), block="basic"),
+    "large": ResNetLayout(stem=64, widths=(256, 512, 1024, 2048), depths=(3, 4, 6, 3), block="bottleneck"),
+}
+
+
 def _swin(preset: str) -> BuiltModel:
-    s = SIZES[preset]
-    small = preset == "small"
-    model = _build("SwinModel", "SwinConfig", image_size=s.image, patch_size=2 if small else 4,
-                   embed_dim=32 if small else 96, depths=[2, 2] if small else [2, 2, 6, 2],
-                   num_heads=[2, 4] if small else [3, 6, 12, 24], window_size=4 if small else 7)
+    s, stages = SIZES[preset], SWIN[preset]
+    model = _build("SwinModel", "SwinConfig", image_size=s.image, patch_size=stages.patch,
+                   embed_dim=stages.widths[0], depths=list(stages.depths), num_heads=list(stages.heads),
+                   window_size=stages.window)
     return BuiltModel(model, _pixels(s))
 
 
 def _convnext(preset: str) -> BuiltModel:
-    s = SIZES[preset]
-    small = preset == "small"
-    model = _build("ConvNextModel", "ConvNextConfig", image_size=s.image, patch_size=2 if small else 4,
-                   hidden_sizes=[16, 32] if small else [96, 192, 384, 768],
-                   depths=[1, 1] if small else [3, 3, 9, 3], num_stages=2 if small else 4)
+    s, stages = SIZES[preset], CONVNEXT[preset]
+    model = _build("ConvNextModel", "ConvNextConfig", image_size=s.image, patch_size=stages.patch,
+                   hidden_sizes=list(stages.widths), depths=list(stages.depths), num_stages=len(stages.depths))
     return BuiltModel(model, _pixels(s))
 
 
 def _resnet(preset: str) -> BuiltModel:
-    s = SIZES[preset]
-    small = preset == "small"
-    model = _build("ResNetModel", "ResNetConfig", embedding_size=16 if small else 64,
-                   hidden_sizes=[16, 32] if small else [256, 512, 1024, 2048],
-                   depths=[1, 1] if small else [3, 4, 6, 3], layer_type="basic" if small else "bottleneck")
+    s, layout = SIZES[preset], RESNET[preset]
+    model = _build("ResNetModel", "ResNetConfig", embedding_size=layout.stem, hidden_sizes=list(layout.widths),
+                   depths=list(layout.depths), layer_type=layout.block)
     return BuiltModel(model, _pixels(s))
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-PRESETS = ("small", "large")
+# Model sizes, smallest first: every size table of the suite has one entry per preset.
+PRESETS = ("small", "medium", "large")
 
 
 class ModelUnavailable(Exception):

@@ -13,7 +13,7 @@ import torch
 from benchmarks.models.spec import BuiltModel, Inputs, ModelSpec
 
 # preset -> (batch, image side)
-_IMAGE = {"small": (2, 64), "large": (32, 224)}
+_IMAGE = {"small": (2, 64), "medium": (4, 128), "large": (32, 224)}
 
 
 def _images(preset: str):
