@@ -3,7 +3,7 @@
     python -m benchmarks.distributed                        # every visible GPU, NCCL, bf16, 20 steps
     python -m benchmarks.distributed --world-size 2 --models gpt2 --parallel ddp
     python -m benchmarks.distributed --tiny                 # CPU, gloo, 2 processes: a smoke test
-    python -m benchmarks.distributed --profile results/     # also a profiler trace of fireclay DDP
+    python -m benchmarks.distributed --profile results/     # also profiler traces of the compiled cells
 
 For each model (GPT-2 and Llama-style, about 100M parameters, random weights built from a config),
 each parallelism (``ddp``: ``DistributedDataParallel``, the compiler wrapping the DDP module;
@@ -171,8 +171,8 @@ def train(s: Settings, model_name: str, parallel: str, backend: str, rank: int, 
     synchronize(device)
     seconds = time.perf_counter() - started
     row.tokens_per_s = (s.steps - s.warmup) * s.batch * s.seq * s.world_size / seconds
-    if s.profile and parallel in ("ddp", "none") and backend != "eager":
-        # Every rank runs the profiled steps (DDP's all-reduce needs them all); rank 0 records.
+    if s.profile and backend != "eager":
+        # Every rank runs the profiled steps (the collectives need them all); rank 0 records.
         profile(runnable, opt, s, vocab, rank, device, f"{model_name}-{parallel}-{backend}")
     return row
 
@@ -215,10 +215,12 @@ def kernel_summary(events: list[dict], steps: int, top: int = 12) -> str:
             per_name.setdefault(e.get("name", "?"), []).append(e["dur"])
             begin, end = min(begin, e["ts"]), max(end, e["ts"] + e["dur"])
     total = sum(sum(d) for d in per_name.values())
+    communication = sum(sum(d) for name, d in per_name.items() if "nccl" in name.lower())
     count = sum(len(d) for d in per_name.values())
     span = (end - begin) if count else 0.0
-    lines = [f"  kernels per step {count / steps:.0f}, kernel time per step {total / steps / 1000:.2f} ms, "
-             f"first kernel to last {span / steps / 1000:.2f} ms per step"]
+    lines = [f"  kernels per step {count / steps:.0f}, compute kernels {(total - communication) / steps / 1000:.2f} ms "
+             f"and communication kernels {communication / steps / 1000:.2f} ms per step, first kernel to last "
+             f"{span / steps / 1000:.2f} ms per step"]
     for name, durations in sorted(per_name.items(), key=lambda kv: -sum(kv[1]))[:top]:
         lines.append(f"  {sum(durations) / steps / 1000:8.3f} ms {len(durations) / steps:6.1f}x  {name[:90]}")
     return "\n".join(lines)
@@ -332,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--parallel", default="ddp,fsdp2", help="ddp, fsdp2, or none (no wrapper: one process's step)")
     p.add_argument("--backends", default="eager,inductor,fireclay")
     p.add_argument("--tiny", action="store_true", help="tiny models on CPU with gloo: a smoke test")
-    p.add_argument("--profile", default="", help="folder for a profiler trace of fireclay under DDP (rank 0)")
+    p.add_argument("--profile", default="", help="folder for profiler traces of the compiled backends (rank 0)")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     a = p.parse_args(argv)
     device = "cpu" if a.tiny else a.device

@@ -174,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "benchmarks", "results"))
     args = parser.parse_args(argv)
 
+    # No network: a config that names files on the Hugging Face hub fails at once instead of retrying.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     # Imported once here, so every forked model process starts with them loaded.
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401
@@ -182,7 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     import fireclay  # noqa: F401
 
     torch.set_num_threads(args.threads)  # before any op: no thread pool exists when the children fork
-    _warm_up(not args.no_dynamo)
+    # TorchDynamo saves the CUDA random state around every compile, which initializes CUDA, and a
+    # forked child cannot use CUDA after its parent initialized it: on a GPU only fireclay warms up.
+    on_gpu = not args.device.startswith("cpu")
+    _warm_up(dynamo=not args.no_dynamo and not on_gpu)
+    if on_gpu and torch.cuda.is_initialized():
+        raise SystemExit("the sweep initialized CUDA before forking its model processes; they could not use the GPU")
     archs = architectures()
     if args.only:
         wanted = [a.strip() for a in args.only.split(",") if a.strip()]
