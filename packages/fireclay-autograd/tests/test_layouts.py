@@ -14,6 +14,7 @@ from fireclay_autograd import compile_program
 from fireclay_autograd.executor import run_program
 from fireclay_autograd.layouts import storage_read_inputs, with_input_layouts
 from fireclay_ir import Graph, Program, TensorMeta
+from fireclay_ir.dialects.aten import ATTENTION_BIAS_POSITIONS
 
 
 def _mlp(x, w1, b1, w2):
@@ -229,3 +230,47 @@ def test_inputs_a_storage_read_does_not_depend_on_take_their_layouts():
         assert _strides(v.meta) == t.stride(), (v, t.stride())
         retyped += 1
     assert retyped >= 1  # the saved activation x, handed back with its dims reversed
+
+
+# The memory-efficient and cuDNN attention kernels refuse a mask whose last dimension is not dense
+# or whose other strides are not multiples of 16 elements; a saved mask can reach the backward in
+# the layout generated code stored it in (a permuted relative-position bias). The kernels are
+# CUDA-only, so the op is replaced by one that checks what it is given, as they do.
+MASK_LAYOUTS = {
+    "permuted": lambda: torch.randn(49, 49, 4).permute(2, 0, 1).unsqueeze(0).expand(2, 4, 49, 49),
+    "rows of 49": lambda: torch.randn(2, 4, 49, 49),
+    "transposed": lambda: torch.randn(2, 4, 48, 48).transpose(-1, -2),
+    "offset": lambda: torch.randn(2 * 4 * 64 * 64 + 3)[3:].view(2, 4, 64, 64),
+    "aligned": lambda: torch.randn(2, 4, 64, 64),
+}
+
+
+@pytest.mark.parametrize("op", sorted(ATTENTION_BIAS_POSITIONS))
+@pytest.mark.parametrize("layout", sorted(MASK_LAYOUTS))
+def test_attention_kernels_get_their_mask_in_a_layout_they_take(op, layout, monkeypatch):
+    from fireclay_autograd import executor
+
+    mask = MASK_LAYOUTS[layout]()
+    position = ATTENTION_BIAS_POSITIONS[op]
+    seen = []
+
+    def kernel(*args):
+        bias = args[position]
+        steps = [st for sz, st in zip(bias.shape[:-1], bias.stride()[:-1]) if sz != 1]
+        if bias.stride(-1) != 1:
+            raise RuntimeError("(*bias): last dimension must be contiguous")
+        if any(s % 16 for s in [*steps, bias.storage_offset()]):
+            raise RuntimeError("attn_bias is not correctly aligned")
+        seen.append(bias)
+        return bias * 2
+
+    resolve = executor.resolve_op
+    monkeypatch.setattr(executor, "resolve_op", lambda name: kernel if name == op else resolve(name))
+    g = Graph("main")
+    args = [g.add_input(f"a{i}", TensorMeta("float32", (2,))) for i in range(position)]
+    m = g.add_input("mask", TensorMeta("float32", tuple(mask.shape), strides=tuple(mask.stride())))
+    out = g.call(op, [*args, m], out=TensorMeta("float32", tuple(mask.shape)))
+    g.set_outputs([out])
+    result = executor.run_graph(g, [*(torch.zeros(2) for _ in range(position)), mask])[0]
+    torch.testing.assert_close(result, mask * 2, rtol=0, atol=0)
+    assert (seen[0] is mask) == (layout == "aligned")  # an aligned mask is passed as it is

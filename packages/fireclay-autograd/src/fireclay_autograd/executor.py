@@ -33,6 +33,7 @@ from fireclay_ir import (
     map_values,
 )
 from fireclay_ir.dialects import custom_op_name, is_custom_op, register_custom_op
+from fireclay_ir.dialects.aten import ATTENTION_BIAS_ALIGNMENT, ATTENTION_BIAS_POSITIONS
 
 _TORCH_ROOTS: dict[str, Any] = {"torch": torch, "Tensor": torch.Tensor, "operator": operator, "math": math}
 _OVERLOAD_PACKETS = {"aten": torch.ops.aten, "prims": torch.ops.prims}
@@ -181,6 +182,8 @@ def run_graph(
                                 f"{node.op}{_where(node)}; raise RunLimits.max_steps to run it")
         fn = resolve_op(node.op)
         args = _materialize(node.args, env, symbols)
+        if node.op in ATTENTION_BIAS_POSITIONS:
+            args = _with_aligned_attention_bias(node.op, args)
         kwargs = _materialize(node.kwargs, env, symbols)
         ctx = on_node(node) if on_node is not None else None
         try:
@@ -202,6 +205,28 @@ def run_graph(
         if after_node is not None:
             after_node(node, result)
     return _materialize(list(graph.outputs), env, symbols)
+
+
+def aligned_attention_bias(bias: torch.Tensor) -> torch.Tensor:
+    """``bias`` itself where the memory-efficient and cuDNN attention kernels take its layout, else
+    the same values in rows padded to ATTENTION_BIAS_ALIGNMENT elements, as eager's
+    scaled_dot_product_attention passes them. A saved mask can reach a backward in the layout
+    generated code gave it, which the kernels refuse."""
+    steps = [st for sz, st in zip(bias.shape[:-1], bias.stride()[:-1]) if sz != 1]
+    if bias.stride(-1) == 1 and all(x % ATTENTION_BIAS_ALIGNMENT == 0 for x in [*steps, bias.storage_offset()]):
+        return bias
+    columns = bias.shape[-1]
+    rows = bias.new_empty((*bias.shape[:-1], columns + -columns % ATTENTION_BIAS_ALIGNMENT))[..., :columns]
+    return rows.copy_(bias)
+
+
+def _with_aligned_attention_bias(op: str, args: Sequence[Any]) -> Sequence[Any]:
+    position = ATTENTION_BIAS_POSITIONS[op]
+    if position >= len(args) or not isinstance(args[position], torch.Tensor) or args[position].dim() < 2:
+        return args
+    aligned = list(args)
+    aligned[position] = aligned_attention_bias(args[position])
+    return aligned
 
 
 def _bind_outputs(node: Node, result: Any, env: dict[Value, Any]) -> None:

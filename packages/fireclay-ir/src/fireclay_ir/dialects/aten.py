@@ -248,6 +248,21 @@ def kept_whole_ops() -> tuple[str, ...]:
     return tuple(op for _, ops in _KEPT_WHOLE for op in ops)
 
 
+# The additive mask (``attn_bias``) of the memory-efficient and cuDNN attention kernels, by op: its
+# argument position. The kernels check its layout: the last dimension dense ("last dimension must
+# be contiguous") and the other strides and the start multiples of ATTENTION_BIAS_ALIGNMENT
+# elements ("attn_bias is not correctly aligned"). Eager's scaled_dot_product_attention pads the
+# mask's rows to that multiple and passes a slice of it; whoever calls these ops directly must do
+# the same for a mask stored otherwise.
+ATTENTION_BIAS_POSITIONS = {
+    "aten::_scaled_dot_product_efficient_attention.default": 3,
+    "aten::_scaled_dot_product_efficient_attention_backward.default": 4,
+    "aten::_scaled_dot_product_cudnn_attention.default": 3,
+    "aten::_scaled_dot_product_cudnn_attention_backward.default": 8,
+}
+ATTENTION_BIAS_ALIGNMENT = 16  # elements: 16 bytes or more for every dtype the kernels take
+
+
 def kept_whole_reasons() -> dict[str, str]:
     """Each op of :func:`kept_whole_ops` -> why it is kept whole."""
     return {op: why for why, ops in _KEPT_WHOLE for op in ops}

@@ -13,6 +13,7 @@ from typing import Any
 import sympy
 
 from fireclay_ir import Value
+from fireclay_ir.dialects.aten import ATTENTION_BIAS_ALIGNMENT, ATTENTION_BIAS_POSITIONS
 from fireclay_loops import exprs, layout
 from fireclay_loops.lowering import library_layouts
 from fireclay_loops.lowering.context import LoweringContext, fallback
@@ -85,17 +86,11 @@ def _attention_operands(ctx: LoweringContext) -> dict[Any, TensorValue]:
     return replace
 
 
-# The memory-efficient (and cuDNN) kernels also need the additive mask's batch, head and query
-# strides, and its start, to be multiples of 16 bytes (they check it: "attn_bias is not
-# correctly aligned"). Eager's scaled_dot_product_attention pads the mask's last dimension to a
-# multiple of 16 and passes a slice of it; a buffer the lowering lays out densely loses that pad.
-BIAS_POSITIONS = {
-    "_scaled_dot_product_efficient_attention.default": 3,
-    "_scaled_dot_product_efficient_attention_backward.default": 4,
-    "_scaled_dot_product_cudnn_attention.default": 3,
-    "_scaled_dot_product_cudnn_attention_backward.default": 8,
-}
-BIAS_ALIGNMENT = 16  # elements: 16 bytes or more for every dtype the kernels take
+# The memory-efficient and cuDNN kernels' additive mask: dense rows whose strides and start are
+# aligned (fireclay_ir.dialects.aten.ATTENTION_BIAS_POSITIONS says why); a buffer the lowering lays
+# out densely loses the row padding eager's scaled_dot_product_attention gives it.
+BIAS_POSITIONS = {op.removeprefix("aten::"): position for op, position in ATTENTION_BIAS_POSITIONS.items()}
+BIAS_ALIGNMENT = ATTENTION_BIAS_ALIGNMENT
 
 
 def _aligned(v: BufferValue) -> bool:
