@@ -172,6 +172,19 @@ def markdown(meta: dict, cells: list[Cell], backends: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def claim_stem(out_dir: str, stem: str) -> str:
+    """``stem``, or ``stem-2``, ``stem-3``... where a run that started in the same minute (another
+    GPU of the machine) already writes to it: its JSON file is created here, empty, to claim it."""
+    os.makedirs(out_dir, exist_ok=True)
+    taken, n = stem, 2
+    while True:
+        try:
+            with open(os.path.join(out_dir, taken + ".json"), "x"):
+                return taken
+        except FileExistsError:
+            taken, n = f"{stem}-{n}", n + 1
+
+
 def write(out_dir: str, stem: str, meta: dict, cells: list[Cell], backends: list[str]) -> tuple[str, str]:
     os.makedirs(out_dir, exist_ok=True)
     json_path, md_path = os.path.join(out_dir, stem + ".json"), os.path.join(out_dir, stem + ".md")

@@ -26,7 +26,7 @@ import time
 from benchmarks.backends import ALL_CACHE_ENV, get_backend
 from benchmarks.measure import DTYPES, MODES, Precision, make_rss_track_tensors
 from benchmarks.models import COLD_LIMITS, PRESETS, SUITES, all_models, suite_models
-from benchmarks.report import environment, load_average, progress_line, write
+from benchmarks.report import claim_stem, environment, load_average, progress_line, write
 from benchmarks.runner import METRICS, REPO_ROOT, Cell, Options, bench_model, precision_args, prime
 
 DEFAULT_OUT = os.path.join(REPO_ROOT, "benchmarks", "results")
@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python -m benchmarks.run " + shlex.join(sys.argv[1:] if argv is None else argv),
             "environment": environment(args.device)}
     device_tag = "cuda" if args.device.startswith("cuda") else args.device
-    stem = f"{device_tag}-{args.suite}-{args.mode}-{preset}{precision.tag}-{started.strftime('%Y%m%d-%H%M')}"
+    stem = claim_stem(args.out, f"{device_tag}-{args.suite}-{args.mode}-{preset}{precision.tag}-"
+                                f"{started.strftime('%Y%m%d-%H%M')}")
     print(f"benchmarking {len(specs)} models x {len(backends)} backends ({', '.join(backend_names)}), "
           f"{args.mode}, {args.device}, preset {preset}, {precision.amp and 'autocast ' + precision.amp or precision.dtype}",
           flush=True)

@@ -176,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # No network: a config that names files on the Hugging Face hub fails at once instead of retrying.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # Each model process compiles its GPU kernels in a pool as large as the machine: with --jobs
+    # of them at once (12 x 32 workers on the first 32-core GPU run), every process stalled.
+    os.environ.setdefault("FIRECLAY_TRITON_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, args.jobs))))
     # Imported once here, so every forked model process starts with them loaded.
     import torch  # noqa: F401
     import torch._dynamo  # noqa: F401

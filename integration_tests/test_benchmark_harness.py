@@ -474,3 +474,14 @@ def test_communication_overlap_reads_a_chrome_trace(kernels, expected):
     events.append({"cat": "cpu_op", "ts": 0, "dur": 100, "name": "nccl:all_reduce"})  # host events do not count
     share, _, count = communication_overlap(events)
     assert (round(share, 6), count) == (round(expected[0], 6), expected[1])
+
+
+def test_runs_started_in_the_same_minute_write_separate_results(tmp_path):
+    """Two benchmark runs (one per GPU of a machine) started in the same minute into one folder
+    each keep their results: the second gets the next free name."""
+    from benchmarks.report import claim_stem
+
+    stems = [claim_stem(str(tmp_path), "cuda-gpu-training-large-20261128-0348") for _ in range(3)]
+    assert stems == ["cuda-gpu-training-large-20261128-0348", "cuda-gpu-training-large-20261128-0348-2",
+                     "cuda-gpu-training-large-20261128-0348-3"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(s + ".json" for s in stems)
