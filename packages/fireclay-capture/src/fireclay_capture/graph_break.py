@@ -1,9 +1,9 @@
 """Graph breaks: split a function at an instruction the capture cannot trace.
 
-When the root frame stops at a call, a branch, a store or a ``with`` it cannot trace, the graph
-captured up to that instruction becomes a cache entry whose outputs are the tensors the rest of
-the function needs (the value stack, the locals live there, the frame's cells). Running that
-entry means:
+When the root frame stops at a call, a branch, a store, a subscript or a ``with`` it cannot
+trace, the graph captured up to that instruction becomes a cache entry whose outputs are the
+tensors the rest of the function needs (the value stack, the locals live there, the frame's
+cells). Running that entry means:
 
 1. the compiled graph runs;
 2. the stack entries, locals and cells are rebuilt as Python objects around the graph's results,
@@ -357,6 +357,12 @@ def run_break(plan: BreakPlan, owner, results, L: dict) -> Any:
     elif op == "BINARY_SUBSCR":
         key, obj = stack.pop(), stack.pop()
         stack.append(obj[key])
+    elif op == "BINARY_SLICE":  # 3.12: obj[start:stop] (a bound that is a tensor's data)
+        stop, start, obj = stack.pop(), stack.pop(), stack.pop()
+        stack.append(obj[start:stop])
+    elif op == "STORE_SLICE":
+        stop, start, obj, value = stack.pop(), stack.pop(), stack.pop(), stack.pop()
+        obj[start:stop] = value
     else:  # pragma: no cover - plan_break only plans the instructions above
         raise AssertionError(op)
     layout = resume_layout(plan)
@@ -432,7 +438,8 @@ def _consumed(plan: BreakPlan) -> int:
     if op == "CALL_FUNCTION_EX":
         n = 2 + (plan.arg & 1)
         return n + 1 if len(plan.stack) > n and plan.stack[-n - 1] is NULL else n
-    return {"STORE_GLOBAL": 1, "STORE_ATTR": 2, "STORE_SUBSCR": 3, "DELETE_SUBSCR": 2, "BINARY_SUBSCR": 2}.get(op, 1)
+    return {"STORE_GLOBAL": 1, "STORE_ATTR": 2, "STORE_SUBSCR": 3, "DELETE_SUBSCR": 2, "BINARY_SUBSCR": 2,
+            "BINARY_SLICE": 3, "STORE_SLICE": 4}.get(op, 1)
 
 
 def resume_layout(plan: BreakPlan) -> tuple[str, ...]:
@@ -440,7 +447,7 @@ def resume_layout(plan: BreakPlan) -> tuple[str, ...]:
     untouched = len(plan.stack) - _consumed(plan)
     kinds = [NULL_SLOT if s is NULL else ITER_SLOT if i in plan.iters else VALUE_SLOT
              for i, s in enumerate(plan.stack[:untouched])]
-    if plan.opname.startswith("CALL") or plan.opname == "BINARY_SUBSCR":
+    if plan.opname.startswith("CALL") or plan.opname in ("BINARY_SUBSCR", "BINARY_SLICE"):
         kinds.append(VALUE_SLOT)
     elif plan.opname == "BEFORE_WITH":  # the block's __exit__, and what __enter__ returned
         kinds += [VALUE_SLOT, VALUE_SLOT]

@@ -70,7 +70,7 @@ def output_spec(graph: Graph, var: Var, shapes=None, memo: dict | None = None) -
                 objects[id(v)] = ("dict", v.cls, pairs)
                 pairs.extend((k, walk(x)) for k, x in v.items.items())
             return objects[id(v)]
-        if isinstance(v, ModelOutputVar):
+        if isinstance(v, ModelOutputVar) and v.source is None:
             # One object however often it is reached: a graph break's stack and locals (or two
             # outputs) share it, and an attribute write between the graphs must reach them all.
             if id(v) not in objects:
@@ -120,7 +120,7 @@ def rebuild(spec: Any, results, L: dict, made: dict | None = None) -> Any:
         values = [rebuild(s, results, L, made) for s in items]
         if cls is tuple:
             return tuple(values)
-        if hasattr(cls, "_fields"):
+        if hasattr(cls, "_fields") or cls is slice:
             return cls(*values)
         return cls(values)  # torch.return_types and other structseqs take one sequence
     if kind == "dict":

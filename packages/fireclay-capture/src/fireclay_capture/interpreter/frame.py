@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 BREAKABLE = frozenset({"CALL", "CALL_FUNCTION_EX", "CALL_KW", "POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE",
                        "POP_JUMP_FORWARD_IF_TRUE", "POP_JUMP_FORWARD_IF_FALSE", "POP_JUMP_BACKWARD_IF_TRUE",
                        "POP_JUMP_BACKWARD_IF_FALSE", "STORE_GLOBAL", "STORE_SUBSCR", "STORE_ATTR",
-                       "DELETE_SUBSCR", "BEFORE_WITH", "BINARY_SUBSCR"})
+                       "DELETE_SUBSCR", "BEFORE_WITH", "BINARY_SUBSCR", "BINARY_SLICE", "STORE_SLICE"})
 HANDLERS: dict[str, Callable[[Frame, dis.Instruction], None]] = {}
 
 

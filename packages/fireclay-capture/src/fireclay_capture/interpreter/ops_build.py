@@ -6,7 +6,7 @@ from fireclay_capture import bytecode_versions as versions
 from fireclay_capture.errors import Unsupported
 from fireclay_capture.interpreter.frame import Frame, handler
 from fireclay_capture.variables.base import ConstVar
-from fireclay_capture.variables.containers import DictVar, IteratorVar, ListVar, SetVar, TupleVar
+from fireclay_capture.variables.containers import DictVar, IteratorVar, ListVar, SetVar, SliceVar, TupleVar
 from fireclay_capture.variables.objects import ModelOutputVar
 
 
@@ -44,7 +44,10 @@ def build_const_key_map(frame: Frame, inst) -> None:
 @handler("BUILD_SLICE")
 def build_slice(frame: Frame, inst) -> None:
     parts = frame.popn(inst.arg)
-    frame.push(ConstVar(slice(*[p.as_python_constant() for p in parts])))
+    if all(p.is_constant() for p in parts):
+        frame.push(ConstVar(slice(*[p.as_python_constant() for p in parts])))
+    else:  # its use as an index is where a graph can break
+        frame.push(SliceVar(parts))
 
 
 @handler("LIST_APPEND")

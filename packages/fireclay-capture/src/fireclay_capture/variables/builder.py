@@ -41,7 +41,15 @@ from fireclay_capture.variables.library_calls import (
     is_function_apply,
     is_numpy_ufunc,
 )
-from fireclay_capture.variables.objects import ClassVar, EnvironVar, ModuleVar, ObjectVar, PyModuleVar
+from fireclay_capture.variables.objects import (
+    ClassVar,
+    EnvironVar,
+    ModelOutputVar,
+    ModuleVar,
+    ObjectVar,
+    PyModuleVar,
+    is_model_output_class,
+)
 from fireclay_capture.variables.replayed import REPLAYED_FUNCTIONS, LoggerVar, ReplayedCallVar
 from fireclay_capture.variables.tensor import TorchFnVar
 from fireclay_capture.variables.torch_names import (
@@ -188,6 +196,11 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
     if value in TRACED_REPLACEMENTS if _hashable(value) else False:
         _guard_id(g, source, value)
         return UserFunctionVar(TRACED_REPLACEMENTS[value], None)
+    if isinstance(value, torch.jit.ScriptFunction) and isinstance(_scripted_source(value), types.FunctionType):
+        # ``@torch.jit.script`` keeps the Python function it compiled: traced like any other
+        # (the scripted one is a C callable no graph holds), as TorchDynamo does.
+        _guard_id(g, source, value)
+        return UserFunctionVar(_scripted_source(value), None)
     if value in TRACE_TIME_FUNCTIONS if _hashable(value) else False:
         return TorchFnVar(value, public_torch_name(value) or str(getattr(value, "__name__", "trace_time")), source)
     if _hashable(value) and not isinstance(value, type) and _has_builtin_rule(value):
@@ -255,11 +268,43 @@ def wrap(tx, value: Any, source: Source | None, *, weight: tuple[str, str] | Non
     known = tx.aliases.known(value, source)
     if known is not None:
         return known
+    if is_model_output_class(type(value)) and dataclasses.is_dataclass(value) and _attributes_match_items(value):
+        return _remember(tx, value, _existing_model_output(tx, value, source))
     if g is not None:
         g.type_is(source, type(value))
     if dataclasses.is_dataclass(value) or hasattr(value, "__dict__"):
         return _remember(tx, value, ObjectVar(value, source))
     raise Unsupported(f"a value of type {type(value).__qualname__}")
+
+
+def _attributes_match_items(value: Any) -> bool:
+    """Whether a ModelOutput's mapping holds its fields in declaration order, each entry the
+    attribute itself, and its other fields are None: what a ModelOutput built in the trace is.
+    (Setting a present field back to None keeps its entry: such an object stays an ObjectVar.)"""
+    keys = list(dict.keys(value))
+    names = [f.name for f in dataclasses.fields(value)]
+    return keys == [n for n in names if n in keys] and all(
+        getattr(value, n, None) is (dict.__getitem__(value, n) if n in keys else None) for n in names)
+
+
+def _existing_model_output(tx, value: Any, source: Source) -> ModelOutputVar:
+    """A ModelOutput made outside the trace (before a graph break: Qwen3.5-MoE re-wraps its
+    language model's output with ``**outputs``), read as one made in the trace: pinned by its
+    keys, its entries read through the dict's own ``__getitem__`` and guarded to be its
+    attributes, its absent fields by their None attributes."""
+    keys = list(dict.keys(value))
+    tx.guards.dict_keys(source, type(value), keys)
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        attr = AttrSource(source, f.name)
+        if f.name in keys:
+            item = BuiltinItemSource(source, f.name)
+            tx.guards.same_object(attr, item)
+            fields[f.name] = wrap(tx, dict.__getitem__(value, f.name), item)
+        else:
+            tx.guards.equals(attr, None)
+            fields[f.name] = ConstVar(None)
+    return ModelOutputVar(type(value), fields, source)
 
 
 def _is_mutable_container(value: Any) -> bool:
@@ -324,6 +369,10 @@ def _hashable(value: Any) -> bool:
         return True
     except TypeError:
         return False
+
+
+def _scripted_source(fn: Any) -> Any:
+    return getattr(fn, "_torchdynamo_inline", None)  # set by torch.jit.script and torch.jit.trace
 
 
 def _guard_id(g, source, value) -> None:

@@ -109,6 +109,32 @@ class TupleVar(BaseListVar):
         return ("seq", self.cls, [specs.spec_of(i) for i in self.items])
 
 
+class SliceVar(Var):
+    """``a:b`` with a bound that is not a constant (a 0-d tensor holding data: Aria's experts
+    slice their tokens by a CPU cumsum on CUDA). Building it is fine; using it as an index needs
+    its value, so the graph breaks at the subscript, which then runs in Python."""
+
+    def __init__(self, parts: list[Var]):
+        self.parts = parts  # start, stop[, step], as BUILD_SLICE took them
+
+    def python_type(self):
+        return slice
+
+    def as_python_constant(self):
+        return slice(*[p.as_python_constant() for p in self.parts])
+
+    def getattr(self, tx, name):
+        if name in ("start", "stop", "step"):
+            return (self.parts + [const(None)])[("start", "stop", "step").index(name)]
+        return super().getattr(tx, name)
+
+    def __repr__(self):
+        return f"SliceVar({self.parts!r})"
+
+    def reconstruct(self, specs):
+        return ("seq", slice, [specs.spec_of(p) for p in self.parts])
+
+
 class ListVar(BaseListVar):
     def python_type(self):
         return list

@@ -278,6 +278,10 @@ class ClassVar(Var):
             raise Unsupported(f"a generator-based context manager ({cls.__name__})")
         if cls is functools.partial:
             return PartialVar(args[0], list(args[1:]), dict(kwargs))
+        if cls is collections.OrderedDict:  # timm's feature extractors collect their outputs in one
+            made = tx.call_builtin(dict, args, kwargs)  # the same items in the same order
+            made.cls = cls
+            return made
         init = inspect.getattr_static(cls, "__init__", None)
         new = inspect.getattr_static(cls, "__new__", None)
         if init is object.__init__ and new is object.__new__:
@@ -581,11 +585,13 @@ class EnvironVar(Var):
 
 class ModelOutputVar(Var):
     """A Hugging Face ``ModelOutput`` (an ordered dict of its non-None fields that also allows
-    attribute and integer access)."""
+    attribute and integer access). Built in the trace, or (with a source) one that exists
+    outside it, which the trace reads but does not change."""
 
-    def __init__(self, cls: type, fields: dict[str, Var]):
+    def __init__(self, cls: type, fields: dict[str, Var], source=None):
         self.cls = cls
         self.fields = fields  # every dataclass field, None ones included, in declaration order
+        self.source = source
 
     @classmethod
     def construct(cls_, tx, cls: type, args: list[Var], kwargs: dict[str, Var]) -> ModelOutputVar:
@@ -648,6 +654,8 @@ class ModelOutputVar(Var):
     def set_field(self, tx, name: Any, value: Var) -> None:
         """``out.name = value`` or ``out[name] = value``: ModelOutput writes both the attribute and
         the mapping entry (a new entry goes last, where the declaration order may not put it)."""
+        if self.source is not None:
+            raise Unsupported(f"changing a {self.cls.__name__} that exists outside the captured function")
         if name not in self.fields:
             raise Unsupported(f"setting {name!r}, which is not a field of {self.cls.__name__}")
         is_none = isinstance(value, ConstVar) and value.value is None

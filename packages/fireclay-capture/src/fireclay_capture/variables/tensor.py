@@ -18,7 +18,7 @@ import torch
 
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.variables.base import ConstVar, Var, const, is_constant_value
-from fireclay_capture.variables.containers import BaseListVar, DictVar, ListVar, TupleVar
+from fireclay_capture.variables.containers import BaseListVar, DictVar, ListVar, SliceVar, TupleVar
 from fireclay_capture.variables.functions import BuiltinVar
 from fireclay_ir import Device, DType, Layout, MemoryFormat, ScalarType, TensorMeta, Value
 from fireclay_ir.dialects.torch import DENIED
@@ -205,6 +205,8 @@ def _to_fake(v: Var) -> Any:
     if isinstance(v, BaseListVar):
         items = [_to_fake(i) for i in v.items]
         return items if isinstance(v, ListVar) else tuple(items)
+    if isinstance(v, SliceVar):
+        return v.as_python_constant()  # names the bound that is not a constant
     raise Unsupported(f"passing {v} to a torch function")
 
 
@@ -248,6 +250,8 @@ def _to_ir(v: Var) -> Any:
     if isinstance(v, BaseListVar):
         items = [_to_ir(i) for i in v.items]
         return items if isinstance(v, ListVar) else tuple(items)
+    if isinstance(v, SliceVar):
+        return to_ir_arg(v.as_python_constant())
     raise Unsupported(f"passing {v} to a torch function")
 
 
@@ -435,12 +439,21 @@ class TorchFnVar(Var):
         return self.fn
 
     def call(self, tx, args, kwargs):
-        from fireclay_capture.variables.torch_names import TRACE_TIME_FUNCTIONS
+        from fireclay_capture.variables.torch_names import CUDA_QUERY_GUARDS, TRACE_TIME_FUNCTIONS
 
         if self.fn in TRACE_TIME_FUNCTIONS:
             a = [_to_fake(x) for x in args]
             k = {n: _to_fake(x) for n, x in kwargs.items()}
-            return const(TRACE_TIME_FUNCTIONS[self.fn](*a, **k))
+            if self.fn not in CUDA_QUERY_GUARDS:
+                return const(TRACE_TIME_FUNCTIONS[self.fn](*a, **k))
+            try:
+                result = const(self.fn(*a, **k))
+            except (AssertionError, RuntimeError, ValueError) as e:  # no CUDA in this build or process
+                raise ObservedException(type(e), str(e), args_known=e.args if is_constant_value(e.args) else None) \
+                    from None
+            for expression in CUDA_QUERY_GUARDS[self.fn](*a, **k):
+                tx.guards.expression(expression)
+            return result
         if self.name.startswith("Tensor.") and args and isinstance(args[0], TensorVar):
             return tensor_method(tx, args[0], self.name[len("Tensor."):], args[1:], kwargs)
         return record_call(tx, self.name, self.fn, args, kwargs)

@@ -121,6 +121,40 @@ TRACE_TIME_FUNCTIONS: dict[Any, Any] = {
     torch.iinfo: torch.iinfo,
 }
 
+
+def _uses_current_device(device: Any = None, *args: Any, **kwargs: Any) -> bool:
+    """Whether a CUDA query on ``device`` (an index, a device, a name or None) asks about the
+    current device, which ``torch.cuda.set_device`` changes."""
+    device = kwargs.get("device", device)
+    if isinstance(device, str):
+        device = torch.device(device)
+    return not isinstance(device, int) and (device is None or device.index is None)
+
+
+# CUDA state queries, answered at trace time as TorchDynamo does: on a GPU they reach C functions
+# (the fork check behind torch.cuda's lazy init) that no graph holds, and libraries ask them in
+# forward (transformers' MoE layers check the compute capability before using grouped_mm). A
+# device's properties are fixed for the process; what can change is guarded: the current device
+# where the query names no index, and whether CUDA is initialised. Each entry gives the guard
+# expressions (over ``torch``) a call with those arguments needs. Where CUDA is missing, the
+# query's error is the traced code's own exception.
+CUDA_QUERY_GUARDS: dict[Any, Any] = {
+    torch.cuda.get_device_capability: lambda *a, **k: _current_device_guard(_uses_current_device(*a, **k)),
+    torch.cuda.get_device_properties: lambda *a, **k: _current_device_guard(_uses_current_device(*a, **k)),
+    torch.cuda.get_device_name: lambda *a, **k: _current_device_guard(_uses_current_device(*a, **k)),
+    torch.cuda.current_device: lambda *a, **k: _current_device_guard(True),
+    torch.cuda.device_count: lambda *a, **k: [],
+    torch.cuda.is_initialized: lambda *a, **k: [f"torch.cuda.is_initialized() is {torch.cuda.is_initialized()}"],
+}
+
+
+def _current_device_guard(needed: bool) -> list[str]:
+    return [f"torch.cuda.current_device() == {torch.cuda.current_device()}"] if needed else []
+
+
+TRACE_TIME_FUNCTIONS.update({fn: fn for fn in CUDA_QUERY_GUARDS})
+
+
 def _register_controls() -> None:
     from fireclay_capture.controls import is_compiling
 
