@@ -153,7 +153,7 @@ def float64_second_opinion(actual: list[tuple[str, Any]], expected: list[tuple[s
         e64 = e64.detach().cpu().double() if isinstance(e64, torch.Tensor) else None
         if e64 is None or e64.shape != e.shape or not torch.isfinite(e64).all():
             return False, math.inf, f"{path} (float64 eager gives no finite reference)"
-        finite = torch.isfinite(e)
+        finite = torch.isfinite(e).cpu()  # the leaves may be on a GPU; the comparison runs on the CPU
         a, e = a.detach().cpu().double()[finite], e.detach().cpu().double()[finite]
         e64 = e64[finite]
         if e64.numel() == 0:
