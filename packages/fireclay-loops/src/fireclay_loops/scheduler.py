@@ -600,6 +600,7 @@ def schedule(program: LoopProgram, *, fusion: bool | None = None, split_reductio
     (:mod:`fireclay_loops.long_reductions`); None: when the program's device type is in
     ``config.split_reductions``."""
     from fireclay_loops.backend.program import ScheduledProgram
+    from fireclay_loops.index_values import fold_index_values
     from fireclay_loops.inline import inline_pointwise
     from fireclay_loops.long_reductions import split_scalar_reductions
     from fireclay_loops.memory import plan_memory
@@ -612,6 +613,7 @@ def schedule(program: LoopProgram, *, fusion: bool | None = None, split_reductio
         program = split_scalar_reductions(program, decisions)  # partials a row kernel takes
     if fusing:
         program = inline_pointwise(program, decisions)     # recompute cheap producers
+    program = fold_index_values(program)                   # indices of loop variables alone
     state = initial_groups(program)                         # one candidate kernel per node
     state.decisions = decisions
     state.split_reductions = splitting
