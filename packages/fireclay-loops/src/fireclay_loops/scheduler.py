@@ -220,8 +220,15 @@ def _regrouped_map(other_sizes: list[Any], vars_: list[Any], sizes: list[Any], o
     return mapping
 
 
-def _remap(group: Group, mapping: dict[Any, Any]) -> dict[str, dict[Any, Any]]:
-    return {name: {v: e.xreplace(mapping) for v, e in vm.items()} for name, vm in group.var_maps.items()}
+def _remap(group: Group, mapping: dict[Any, Any], onto: Group) -> dict[str, dict[Any, Any]]:
+    """``group``'s variable maps composed with ``mapping`` (its kernel variables in ``onto``'s),
+    simplified over ``onto``'s loop ranges: a digit of a regrouped loop taken again
+    (``FloorDiv(x0, 96)`` after ``x0 -> 96*x0 + 12*x1 + x2``) folds back to one loop variable,
+    so that its nodes' accesses stay comparable with one another (the verifier's
+    :func:`exprs.equal` knows no ranges) and the code generators index loops, not digits."""
+    ranges = {f"x{j}": n for j, n in enumerate(onto.xsizes)} | {f"r{j}": n for j, n in enumerate(onto.rsizes)}
+    return {name: {v: exprs.simplify(e.xreplace(mapping), ranges) for v, e in vm.items()}
+            for name, vm in group.var_maps.items()}
 
 
 def _index_conflict(writer: list[Any], reader: list[Any]) -> str | None:
@@ -348,7 +355,7 @@ def legal_merge(a: Group, b: Group, position: dict[str, int]) -> tuple[Group | N
         r1 = [(x, i.xreplace(mapping) if first is other else i, n) for x, i, n in first.accesses("read")]
         conflict = _index_conflict(w1, r2) or _index_conflict(w2, r1)
         if conflict is None:
-            var_maps = dict(base.var_maps) | _remap(other, mapping)
+            var_maps = dict(base.var_maps) | _remap(other, mapping, base)
             merged = Group(sorted(a.nodes + b.nodes, key=lambda n: position[n.name]),
                            list(base.xsizes), list(base.rsizes), var_maps, min(a.order, b.order))
             merged.node_accesses.update(base.node_accesses)
