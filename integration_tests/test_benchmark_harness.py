@@ -74,7 +74,8 @@ def test_timed_calls_reuse_freed_memory_without_page_faults():
     pages in (with the thresholds fixed at glibc's initial 128 KiB: about 1,000 faults a call)."""
     done = subprocess.run([sys.executable, "-c", _FAULTS_PER_FREED_TOP_BLOCK], capture_output=True, text=True,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), check=True)
-    assert float(done.stdout.split()[-1]) < 50, done.stdout
+    # A quarter of the bad case: a busy machine adds some tens of faults a call (51 was seen).
+    assert float(done.stdout.split()[-1]) < 250, done.stdout
 
 
 def test_cpu_peak_memory_sees_tensors():
