@@ -80,6 +80,13 @@ def output_tensors(output) -> list[torch.Tensor]:
     return []
 
 
+def eager_outputs(built, seed: int = 1) -> list[torch.Tensor]:
+    """The output tensors of one eager inference call of a built model on its inputs of ``seed``."""
+    inputs = built.inputs(seed)
+    with torch.no_grad():
+        return output_tensors(built.module.eval()(*inputs.args, **inputs.kwargs))
+
+
 def loss_of(output) -> torch.Tensor:
     """mean(y ** 2) of the first floating-point output: a scalar with a gradient in every element.
 

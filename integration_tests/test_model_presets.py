@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.measure import output_tensors
+from benchmarks.measure import eager_outputs, output_tensors
 from benchmarks.models import PRESETS, all_models, handwritten, hf, zoo
 
 SPECS = list(all_models().values())
@@ -39,8 +39,7 @@ def test_medium_model_runs_in_eager(spec):
         pytest.skip(f"needs {', '.join(spec.missing())}")
     built = spec.build("medium")
     inputs = built.inputs(1)
-    with torch.no_grad():
-        outputs = output_tensors(built.module.eval()(*inputs.args, **inputs.kwargs))
+    outputs = eager_outputs(built, seed=1)
     assert outputs, f"{spec.name} returned no tensor"
     assert all(torch.isfinite(t).all() for t in outputs if t.is_floating_point())
     # Medium sits above small: larger inputs, no fewer parameters (the micro-benchmarks have none

@@ -16,7 +16,15 @@ import pytest
 import torch
 
 from benchmarks.backends import get_backend
-from benchmarks.measure import Step, compare, float64_reference, fresh_copy, judge, loss_of, output_tensors
+from benchmarks.measure import (
+    Step,
+    compare,
+    eager_outputs,
+    float64_reference,
+    fresh_copy,
+    judge,
+    loss_of,
+)
 from benchmarks.models import all_models, suite_models
 
 SUITE = [spec for spec in all_models().values() if spec.family not in ("torchvision", "timm")]
@@ -64,9 +72,7 @@ def _run(spec, mode: str, seed: int = 2, device: str = "cpu"):
 @pytest.mark.parametrize("spec", SUITE, ids=_ids(SUITE))
 def test_model_builds_and_runs_forward(spec):
     built = spec.build("small")
-    inputs = built.inputs(1)
-    with torch.no_grad():
-        outputs = output_tensors(built.module.eval()(*inputs.args, **inputs.kwargs))
+    outputs = eager_outputs(built, seed=1)
     assert outputs, f"{spec.name} returned no tensor"
     assert all(torch.isfinite(t).all() for t in outputs if t.is_floating_point())
     # Small enough for CI: the small preset stays under a few million parameters.

@@ -22,7 +22,7 @@ from fireclay_shapes import symbol as _symbol
 __all__ = ["FloorDiv", "Mod", "modular_indexing", "symbol", "as_expr", "parse", "to_str", "simplify", "equal",
            "evaluate", "hint", "product", "contiguous_strides", "to_dim", "to_static"]
 
-_UNBOUNDED = ValueRange()
+UNBOUNDED = ValueRange()
 
 # Answers of the pure functions below, by their (hashable, structurally compared) arguments: a
 # model of N identical layers asks the same questions N times. Dropped whole past the limit.
@@ -88,11 +88,8 @@ def simplify(e: Any, var_sizes: Mapping[str, Any] | None = None) -> Expr:
 def _simplify(e: Expr, var_sizes: Mapping[str, Any] | None) -> Expr:
     e = sympy.expand(e)
     if var_sizes and e.has(FloorDiv, Mod):
-        ranges = {}
-        for name, size in var_sizes.items():
-            n = to_static(size)
-            ranges[name] = ValueRange(0, n - 1 if n is not None and n > 0 else float("inf"))
-        lookup = lambda s: ranges.get(s.name, _UNBOUNDED)  # noqa: E731
+        ranges = {name: loop_range(size) for name, size in var_sizes.items()}
+        lookup = lambda s: ranges.get(s.name, UNBOUNDED)  # noqa: E731
         e = sympy.expand(_fold_periods(simplify_with_ranges(e, lookup), lookup))
     return e
 
@@ -151,6 +148,13 @@ def _recombine(e: Expr) -> Expr:
         else:
             return e
     return e
+
+
+def loop_range(size: Any) -> ValueRange:
+    """The values a loop variable of extent ``size`` takes: ``[0, size - 1]`` for a known
+    positive size, else the non-negative numbers."""
+    n = to_static(size)
+    return ValueRange(0, n - 1) if n is not None and n > 0 else ValueRange(0, float("inf"))
 
 
 def to_static(e: Any) -> int | None:

@@ -34,7 +34,6 @@ from fireclay_loops.ir import ComputeNode, LoopProgram
 from fireclay_loops.ops import MATH_OPS
 from fireclay_shapes import ValueRange, bound
 
-_UNBOUNDED = ValueRange()
 # The integer dtypes an index value may have, with the values each holds: an expression whose
 # range leaves its dtype's would wrap around in the ops it replaces, and is not used.
 _INTEGER_LIMITS = {
@@ -64,11 +63,6 @@ def fold_index_values(program: LoopProgram) -> LoopProgram:
     return replace(program, nodes=nodes)
 
 
-def _static_range(size: Any) -> ValueRange:
-    n = exprs.to_static(size)
-    return ValueRange(0, n - 1) if n is not None and n > 0 else ValueRange(0, math.inf)
-
-
 class _IndexFolder:
     """The analysis of one body: each integer value as an expression of the loop variables
     (None where it is not one), and the rewritten body."""
@@ -77,10 +71,10 @@ class _IndexFolder:
         self.body = body
         self.ops = body.ops
         self.var_sizes = {v.name: s for v, s in zip(body.vars + body.reduction_vars, body.sizes + body.reduction_sizes)}
-        self.ranges = {name: _static_range(s) for name, s in self.var_sizes.items()}
+        self.ranges = {name: exprs.loop_range(s) for name, s in self.var_sizes.items()}
         for op in self.ops:
             if op.name == "indirect_indexing":  # lowerings guarantee 0 <= value < size
-                self.ranges[op.args[2]] = _static_range(op.args[1])
+                self.ranges[op.args[2]] = exprs.loop_range(op.args[1])
         self.values: dict[tuple[int, Conditions], sympy.Expr | None] = {}
         self.narrowed: dict[Conditions, dict[str, ValueRange]] = {}
         self.index_subs: dict[int, dict[sympy.Symbol, sympy.Expr]] = {}  # op -> symbols replaced in its indices
@@ -92,7 +86,7 @@ class _IndexFolder:
         ranges = self.narrowed.get(assume)
         if ranges is None:
             ranges = self.narrowed[assume] = self._narrow(assume)
-        return bound(e, lambda s: ranges.get(s.name, _UNBOUNDED))
+        return bound(e, lambda s: ranges.get(s.name, exprs.UNBOUNDED))
 
     def _narrow(self, assume: Conditions) -> dict[str, ValueRange]:
         """The ranges of the variables where ``assume`` holds: a comparison of one variable

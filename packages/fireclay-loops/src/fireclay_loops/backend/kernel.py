@@ -30,11 +30,11 @@ from typing import Any
 import sympy
 
 from fireclay_loops.errors import check_failure
+from fireclay_loops.exprs import UNBOUNDED, loop_range
 from fireclay_loops.kernel import Kernel, KernelNode
 from fireclay_loops.ops import BINARY, REDUCTION_TYPES, UNARY
 from fireclay_shapes import ValueRange
 
-UNBOUNDED = ValueRange()
 NONNEGATIVE = ValueRange(0, math.inf)
 
 
@@ -204,8 +204,7 @@ class KernelEmitter:
         symbol is nonnegative; anything else is unknown."""
         name = s.name
         if name in self.sizes:
-            n = self.sizes[name]
-            return ValueRange(0, int(n) - 1) if n.is_Integer and int(n) > 0 else NONNEGATIVE
+            return loop_range(self.sizes[name])
         if name in self.indirect or name.startswith(("s", "ind")):
             return NONNEGATIVE
         return UNBOUNDED
