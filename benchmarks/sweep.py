@@ -74,14 +74,26 @@ def _kill(process: multiprocessing.Process) -> None:
 
 
 def sweep(archs: list[tuple[str, str]], options: dict[str, Any], jobs: int, timeout: float, out_base: str,
-          meta: dict[str, Any]) -> list[Outcome]:
-    """Run every architecture in a forked process, ``jobs`` at a time; write results as they come."""
+          meta: dict[str, Any], carried: list[Outcome] = (), deadline: float | None = None) -> list[Outcome]:
+    """Run every architecture in a forked process, ``jobs`` at a time; write results as they come.
+
+    ``carried`` outcomes (from an earlier, interrupted sweep) are written with the new ones. After
+    ``deadline`` seconds the architectures still running are stopped and, with those not started,
+    left out of the results (``meta["not_run"]`` names them), so a resumed sweep runs them.
+    """
     ctx = multiprocessing.get_context("fork")
     pending = list(archs)
     running: dict[Any, tuple[multiprocessing.Process, str, str, float]] = {}
-    outcomes: list[Outcome] = []
-    total = len(archs)
+    outcomes: list[Outcome] = list(carried)
+    total = len(archs) + len(outcomes)
+    stop_at = None if deadline is None else time.monotonic() + deadline
     while pending or running:
+        if stop_at is not None and time.monotonic() > stop_at:
+            for process, _, _, _ in running.values():
+                _kill(process)
+            meta["not_run"] = sorted([m for _, m, _, _ in running.values()] + [m for m, _ in pending])
+            print(f"deadline reached: {len(meta['not_run'])} architectures not run", flush=True)
+            break
         while pending and len(running) < jobs:
             model_type, class_name = pending.pop(0)
             parent, child = ctx.Pipe(duplex=False)
@@ -158,6 +170,29 @@ def _environment(args: argparse.Namespace) -> dict[str, Any]:
             "load_average_at_start": list(os.getloadavg()), "command": " ".join(sys.argv)}
 
 
+def _resumed(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[list[Outcome], list[str]]:
+    """The outcomes kept from the ``--resume`` files, and a line per file saying where they came from."""
+    carried: dict[str, Outcome] = {}
+    sources = []
+    for path in [p.strip() for p in args.resume.split(",") if p.strip()]:
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as exc:
+            parser.error(f"--resume {path}: cannot read it as a sweep's results ({exc})")
+        meta = data.get("meta", {})
+        for key in ("device", "dtype", "mode"):
+            theirs = str(meta.get(key, "")).split(":")[0]
+            if theirs != str(getattr(args, key)).split(":")[0]:
+                parser.error(f"--resume {path}: a sweep with {key} {meta.get(key)!r}, not {getattr(args, key)!r}")
+        kept = [Outcome.from_json(r) for r in data.get("results", [])]
+        kept = [o for o in kept if o.status not in ("timeout", "crashed", "harness-error")]
+        for o in kept:
+            carried[o.model_type] = o
+        sources.append(f"{os.path.basename(path)} (commit {meta.get('commit', '?')}): {len(kept)} results")
+    return list(carried.values()), sources
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sweep", description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2)
@@ -172,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-dynamo", action="store_true", help="skip TorchDynamo's graph count")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per model process")
     parser.add_argument("--out", default=os.path.join(REPO_ROOT, "benchmarks", "results"))
+    parser.add_argument("--resume", default="",
+                        help="comma-separated results files of earlier sweeps (same device, dtype and mode): "
+                             "their results are kept and only the other architectures run (timeouts, crashes "
+                             "and harness errors run again)")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="seconds: stop there and write what finished (resume it with --resume)")
     args = parser.parse_args(argv)
 
     # No network: a config that names files on the Hugging Face hub fails at once instead of retrying.
@@ -205,15 +246,20 @@ def main(argv: list[str] | None = None) -> int:
     archs = [a for a in archs if a[0] not in skip][args.start:]
     if args.limit is not None:
         archs = archs[:args.limit]
+    carried, resumed_from = _resumed(args, parser)
+    done = {o.model_type for o in carried}
+    archs = [a for a in archs if a[0] not in done]
     stamp = time.strftime("%Y%m%d-%H%M", time.gmtime())
     os.makedirs(args.out, exist_ok=True)
     out_base = os.path.join(args.out, f"sweep-{args.device.split(':')[0]}-{args.dtype}-{args.mode}-{stamp}")
     options = {"device": args.device, "dtype": args.dtype, "mode": args.mode, "dynamo": not args.no_dynamo,
                "threads": args.threads}
     meta = _environment(args)
-    meta["architectures_selected"] = len(archs)
-    print(f"sweep of {len(archs)} architectures -> {out_base}.{{json,md}}", flush=True)
-    outcomes = sweep(archs, options, args.jobs, args.timeout, out_base, meta)
+    meta["architectures_selected"] = len(archs) + len(carried)
+    if resumed_from:
+        meta["resumed_from"] = resumed_from
+    print(f"sweep of {len(archs)} architectures ({len(carried)} carried over) -> {out_base}.{{json,md}}", flush=True)
+    outcomes = sweep(archs, options, args.jobs, args.timeout, out_base, meta, carried, args.deadline)
     meta["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     meta["load_average_at_end"] = list(os.getloadavg())
     write_results(out_base, outcomes, meta)

@@ -165,6 +165,10 @@ def markdown(outcomes: list[Outcome], meta: dict[str, Any]) -> str:
                  + (f", finished {meta['finished']}" if meta.get("finished") else " (still running or interrupted)")
                  + f"; load average at start {meta.get('load_average_at_start')}.")
     lines += ["", f"{s['architectures']} of {meta.get('architectures_selected', '?')} selected architectures done.", ""]
+    if meta.get("resumed_from"):
+        lines += ["Results carried over from earlier runs of this sweep: " + "; ".join(meta["resumed_from"]) + ".", ""]
+    if meta.get("not_run"):
+        lines += [f"Stopped at its deadline; not run ({len(meta['not_run'])}): " + ", ".join(meta["not_run"]) + ".", ""]
     lines += ["| | count |", "| --- | ---: |"]
     rows = [("ran in eager (tiny config, generic inputs)", s["ran_in_eager"]),
             ("correct vs eager (every output)", s["correct"]),

@@ -486,3 +486,37 @@ def test_runs_started_in_the_same_minute_write_separate_results(tmp_path):
     assert stems == ["cuda-gpu-training-large-20261128-0348", "cuda-gpu-training-large-20261128-0348-2",
                      "cuda-gpu-training-large-20261128-0348-3"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(s + ".json" for s in stems)
+
+
+def test_sweep_resumes_an_interrupted_run_and_stops_at_its_deadline(tmp_path, monkeypatch, capsys):
+    import time as time_module
+
+    from benchmarks import sweep, sweep_run
+    from benchmarks.sweep_report import Outcome, write_results
+
+    ran = tmp_path / "ran"
+    ran.mkdir()
+
+    def fake_run(model_type, class_name, **options):  # runs in the forked model process
+        (ran / model_type).touch()
+        if model_type == "gpt2":
+            time_module.sleep(60)
+        return Outcome(model_type, class_name, status="pass", graphs=1, breaks=0)
+
+    monkeypatch.setattr(sweep_run, "run_architecture", fake_run)
+    earlier = {"device": "cpu", "dtype": "float32", "mode": "inference", "commit": "abc1234"}
+    write_results(str(tmp_path / "earlier"), [Outcome("bert", "BertModel", status="pass", graphs=1, breaks=0),
+                                              Outcome("t5", "T5Model", status="timeout", reason="no result")], earlier)
+    started = time_module.monotonic()
+    sweep.main(["--only", "bert,t5,gpt2,llama", "--jobs", "3", "--no-dynamo", "--deadline", "8",
+                "--resume", str(tmp_path / "earlier.json"), "--out", str(tmp_path / "out")])
+    assert time_module.monotonic() - started < 45  # gpt2 was stopped at the deadline, not waited for
+    assert sorted(p.name for p in ran.iterdir()) == ["gpt2", "llama", "t5"]  # bert carried over, t5's timeout re-run
+    (result,) = glob.glob(str(tmp_path / "out" / "sweep-cpu-float32-inference-*.json"))
+    data = json.load(open(result))
+    assert sorted(r["model_type"] for r in data["results"]) == ["bert", "llama", "t5"]
+    assert data["meta"]["not_run"] == ["gpt2"] and "earlier.json (commit abc1234): 1 results" in data["meta"]["resumed_from"]
+    assert "not run (1): gpt2" in open(result[:-5] + ".md").read()
+    with pytest.raises(SystemExit):
+        sweep.main(["--only", "bert", "--device", "cuda", "--resume", str(tmp_path / "earlier.json")])
+    assert "a sweep with device 'cpu', not 'cuda'" in capsys.readouterr().err
