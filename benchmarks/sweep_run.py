@@ -297,7 +297,9 @@ def run_architecture(model_type: str, class_name: str, *, device: str = "cpu", d
     torch.set_num_threads(threads)
     start = time.perf_counter()
     first = _tiny_model(model_type, class_name, device, dtype, mode, widths=True)
-    if first.status == "skipped":  # some parts assume their default widths: keep them, fewer layers
+    if first.status == "skipped" and "CUDA error" not in first.outcome.reason:
+        # some parts assume their default widths: keep them, fewer layers (not after a device-side
+        # assert, which leaves the process unable to use the GPU)
         second = _tiny_model(model_type, class_name, device, dtype, mode, widths=False)
         if second.status != "skipped":
             first = second
@@ -342,8 +344,9 @@ def _tiny_model(model_type: str, class_name: str, device: str, dtype: str, mode:
     chosen = None
     t0 = time.perf_counter()
     for candidate in input_candidates(model, config):
-        kwargs = {k: _to(v, device, torch_dtype) for k, v in candidate.kwargs.items()}
         try:
+            # inside the try: a device-side assert of the candidate before surfaces at the next copy
+            kwargs = {k: _to(v, device, torch_dtype) for k, v in candidate.kwargs.items()}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 torch.manual_seed(0)
@@ -352,6 +355,8 @@ def _tiny_model(model_type: str, class_name: str, device: str, dtype: str, mode:
             break
         except Exception as exc:
             eager_errors.append(f"{candidate.note}: {type(exc).__name__}: {_first_line(str(exc), 200)}")
+            if "CUDA error" in str(exc):  # a device-side assert: this process can use the GPU no more
+                break
     outcome.eager_seconds = round(time.perf_counter() - t0, 3)
     if chosen is None:
         missing = unfillable(model)

@@ -156,3 +156,60 @@ def test_small_integer_powers_are_multiplications(exponent, dtype, ops):
     node = lower(h.program(y)).nodes[1]
     arithmetic = [op.name for op in node.body.ops if op.name not in ("load", "store", "constant", "to_dtype")]
     assert arithmetic == ops
+
+
+def _cpu_scalar_times_device(h, cuda):
+    x = h.graph.add_input("x", TensorMeta("float32", (4, 8), device=cuda))
+    s = h.graph.add_input("s", TensorMeta("float32", (), device="cpu"))
+    y = h.op("mul.Tensor", x, s, out=TensorMeta("float32", (4, 8), device=cuda))
+    return h.op("relu.default", y, out=TensorMeta("float32", (4, 8), device=cuda))
+
+
+def _cpu_arithmetic_then_device(h, cuda):
+    x = h.graph.add_input("x", TensorMeta("float32", (4, 8), device=cuda))
+    n = h.graph.add_input("n", TensorMeta("int64", (), device="cpu"))
+    m = h.op("add.Tensor", n, 1, out=TensorMeta("int64", (), device="cpu"))
+    d = h.op("div.Tensor_mode", m, 2, rounding_mode="trunc", out=TensorMeta("int64", (), device="cpu"))
+    y = h.op("sub.Tensor", x, d, out=TensorMeta("float32", (4, 8), device=cuda))
+    return h.op("exp.default", y, out=TensorMeta("float32", (4, 8), device=cuda))
+
+
+def _device_tensors_from_cpu_inputs(h, cuda):
+    from fireclay_ir import Device
+
+    n = h.graph.add_input("n", TensorMeta("int64", (), device="cpu"))
+    a = h.op("arange.start_step", 0, 8, 1, dtype=None, device=Device(cuda), out=TensorMeta("int64", (8,), device=cuda))
+    b = h.op("mul.Tensor", a, n, out=TensorMeta("int64", (8,), device=cuda))
+    return h.op("add.Tensor", b, 3, out=TensorMeta("int64", (8,), device=cuda))
+
+
+@pytest.mark.parametrize("cuda", ["cuda", "cuda:0"])
+@pytest.mark.parametrize("build", [_cpu_scalar_times_device, _cpu_arithmetic_then_device,
+                                   _device_tensors_from_cpu_inputs])
+def test_kernels_of_a_gpu_graph_never_touch_cpu_tensors(build, cuda):
+    """Eager takes a CPU 0-d tensor beside CUDA tensors as a number, and a graph cut at a break
+    may compute on CPU scalars or take only CPU tensors and make CUDA ones. A GPU kernel handed
+    host memory reads garbage or faults (an illegal memory access poisons the CUDA context, so
+    no fallback can follow): every node that touches a CPU tensor is a library call, and every
+    kernel's buffers are on the GPU."""
+    from fireclay_loops import accelerator
+    from fireclay_loops.ir import ComputeNode
+
+    h = Hand()
+    program = h.program(build(h, cuda))
+    assert accelerator(program) == "cuda"
+    scheduled = schedule(lower(program))
+    loops = scheduled.program
+    for node in loops.nodes:
+        if isinstance(node, ComputeNode):
+            for b in node.read_buffers() + node.write_buffers():
+                assert loops.buffers[b].device.startswith("cuda"), (node.name, b, loops.buffers[b].device)
+    assert any(isinstance(n, ComputeNode) for n in loops.nodes)  # the device part still fuses into kernels
+
+
+def test_a_cpu_graph_has_no_accelerator():
+    from fireclay_loops import accelerator
+
+    h = Hand()
+    x = h.input("x", 4)
+    assert accelerator(h.program(h.op("relu.default", x, out=t(4)))) is None

@@ -51,7 +51,7 @@ from fireclay_loops.ir import (  # noqa: E402
     TensorArg,
 )
 from fireclay_loops.kernel import Kernel, KernelNode  # noqa: E402
-from fireclay_loops.lowering.driver import lower  # noqa: E402
+from fireclay_loops.lowering.driver import accelerator, lower  # noqa: E402
 from fireclay_loops.lowering.registry import register_lowering  # noqa: E402
 from fireclay_loops.memory import MemoryPlan  # noqa: E402
 from fireclay_loops.ops import ops, use_handler  # noqa: E402
@@ -60,7 +60,7 @@ from fireclay_loops.scheduler import Decision, schedule  # noqa: E402
 from fireclay_loops.verify import verify_schedule  # noqa: E402
 
 __all__ = [
-    "BodyRecorder", "BodyValue", "Buffer", "Config", "config", "from_program", "to_program", "verify_schedule", "ComputeNode", "Constant", "Decision", "ExternNode",
+    "accelerator", "BodyRecorder", "BodyValue", "Buffer", "Config", "config", "from_program", "to_program", "verify_schedule", "ComputeNode", "Constant", "Decision", "ExternNode",
     "IndexOutOfBounds", "InputBufferNode", "IntegerDivisionByZero", "check_failure", "Kernel", "KernelNode", "LoopBody", "LoopNode", "LoopProgram", "LoweringError",
     "MemoryPlan", "OutputBufferNode", "Report", "ScheduledProgram", "SchedulingError", "TensorArg",
     "format_loop_program", "format_schedule", "lower", "ops", "record_body", "register_lowering",

@@ -40,16 +40,20 @@ def as_base(t: Any, name: str, dtype: torch.dtype, size: tuple, stride: tuple, o
     return input_base(t, name, dtype, size, stride, offset, storage_numel, InputError)
 
 
-def pick_device(*inputs: Any) -> torch.device:
+def pick_device(*inputs: Any, made_on: str | None = None) -> torch.device:
     """Where the program's buffers go: the device of its first tensor input not on the CPU (index
-    tensors may come from the CPU, as eager allows; the program copies them over), else of its
-    first tensor input; with none, the GPU (or the CPU in Triton's interpreter)."""
+    tensors may come from the CPU, as eager allows; the program copies them over), else the GPU
+    device the program says it makes its tensors on (``made_on``: a graph may take only CPU
+    tensors and make CUDA ones), else of its first tensor input; with none, the GPU (or the CPU
+    in Triton's interpreter)."""
     first = None
     for t in inputs:
         if isinstance(t, torch.Tensor):
             if t.device.type != "cpu":
                 return t.device
             first = t.device if first is None else first
+    if made_on is not None and not interpreting():
+        return torch.device(made_on)
     if first is not None:
         return first
     if torch.cuda.is_available() and not interpreting():

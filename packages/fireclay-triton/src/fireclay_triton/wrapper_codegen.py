@@ -136,7 +136,9 @@ def generate_wrapper(scheduled: ScheduledProgram, kernels: dict[str, KernelSourc
     w.lines.append(f"def call({', '.join(prog.inputs)}):")
     w.bind_sizes(prog)
     # every buffer lives on the inputs' device (programs traced on meta tensors may say "cpu")
-    w.line(f"device = pick_device({', '.join(n for n in prog.inputs)}{',' if len(prog.inputs) == 1 else ''})")
+    made_on = next((str(b.device) for b in prog.buffers.values() if str(b.device).split(":")[0] not in ("cpu", "meta")),
+                   None)
+    w.line(f"device = pick_device({''.join(n + ', ' for n in prog.inputs)}made_on={made_on!r})")
     workspace_at = len(w.lines)  # the workspace's lines go here once every view of it is known
     if kernels:  # the device and stream every launch of this call goes to (bound_launch.py)
         w.line("dev, stream = launch_target()")

@@ -17,7 +17,7 @@ from torch.nn.modules import module as _module_module
 
 from fireclay_capture.errors import ObservedException, Unsupported
 from fireclay_capture.sources import AttrSource, module_member
-from fireclay_capture.variables.base import ConstVar, Var, const
+from fireclay_capture.variables.base import ConstVar, Var, const, is_constant_value
 from fireclay_capture.variables.containers import DictVar, TupleVar
 from fireclay_capture.variables.functions import PartialVar, UserFunctionVar, UserMethodVar
 
@@ -269,6 +269,8 @@ class ClassVar(Var):
             return TupleVar(items, cls=cls)
         if issubclass(cls, torch.nn.Module):
             return _module_made_in_trace(cls, args, kwargs)
+        if cls is torch.device:
+            return _device_made_in_trace(args, kwargs)
         if issubclass(cls, BaseException):
             from fireclay_capture.variables.exceptions import make_exception
 
@@ -293,6 +295,11 @@ class ClassVar(Var):
         obj = NewObjectVar(cls)
         tx.inline_call(UserFunctionVar(init), [obj, *args], kwargs)
         return obj
+
+    def reconstruct(self, specs):
+        # Without a source (a library's class, as torch.device, or a type() of the trace) the class
+        # itself crosses a break: it is the same object in plain Python
+        return specs.output(self) if self.source is not None else ("const", self.cls)
 
     def __repr__(self):
         return f"class {self.cls.__qualname__}"
@@ -322,6 +329,26 @@ def _module_made_in_trace(cls: type, args: list[Var], kwargs: dict[str, Var]) ->
         raise Unsupported(f"creating a module with parameters or buffers ({cls.__name__}) inside the "
                           "captured function")
     return ModuleVar(cls(*a, **k), None, "")
+
+
+def _device_made_in_trace(args: list[Var], kwargs: dict[str, Var]) -> ConstVar:
+    """``torch.device("cuda", 0)`` or ``torch.device(x.device.type, index)`` written inside
+    forward: an immutable value that depends on its arguments alone, so it is built for real at
+    trace time, as TorchDynamo folds it; the constants it is built from carry whatever guards they
+    need. torch also takes the index from a 0-d tensor: that is data, and stays a break. An
+    invalid device ("nonsense") raises in the traced code as it would eagerly."""
+    values = [*args, *kwargs.values()]
+    if not all(v.is_constant() for v in values):
+        raise Unsupported("torch.device() of values that are not constants (an index held in a tensor?)")
+    a = [v.as_python_constant() for v in args]
+    k = {n: v.as_python_constant() for n, v in kwargs.items()}
+    if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in [*a, *k.values()]):
+        raise Unsupported("torch.device() of a symbolic size")
+    try:
+        return const(torch.device(*a, **k))
+    except Exception as e:
+        raise ObservedException(type(e), str(e), args_known=e.args if is_constant_value(e.args) else None) \
+            from None
 
 
 def is_model_output_class(cls: type) -> bool:

@@ -46,6 +46,31 @@ def _touches_complex(node: Any) -> bool:
     return any(v.is_tensor and dtypes.is_complex(v.meta.dtype) for v in values)
 
 
+def _device_kind(v: Value) -> str | None:
+    return str(v.type.device).split(":")[0] if isinstance(v.type, TensorMeta) else None
+
+
+def accelerator(program: Program) -> str | None:
+    """The device kind ("cuda") other than the CPU that the program's tensors live on, from every
+    tensor its entry graph takes or makes (a graph may take only CPU tensors and make CUDA ones),
+    or None when all are on the CPU (or meta)."""
+    graph = program.main
+    kinds = {_device_kind(v) for v in graph.inputs} | {_device_kind(o) for n in graph.nodes for o in n.outputs}
+    others = sorted(k for k in kinds if k not in (None, "cpu", "meta"))
+    return others[0] if others else None
+
+
+def _off_device(node: Any, on: str | None) -> bool:
+    """Whether a node of a graph on the accelerator ``on`` reads or makes a CPU tensor: a CPU scalar tensor
+    in arithmetic with device tensors (eager allows it), or a value computed on the CPU. A kernel
+    runs on one device and must not touch the other's memory, so such a node is a library call."""
+    if on is None:
+        return False
+    values = [v for v in _values_in(node.args) + _values_in(list(node.kwargs.values())) + list(node.outputs)
+              if v.is_tensor]
+    return any(_device_kind(v) == "cpu" for v in values)
+
+
 def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
           channels_last: bool | None = None) -> LoopProgram:
     """Lower the entry graph of an aten-dialect program. ``donated`` lists positions of inputs
@@ -75,13 +100,14 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
         if spec.kind != "user":
             ctx.out.input_specs[buf.name] = spec
     ctx.out.weights = dict(program.weights)
+    on = accelerator(program)
     for node in graph.nodes:
         ctx.node = node
         if node.dialect != "aten":
             raise LoweringError(f"fireclay-loops lowers aten-dialect programs; got {node.op}", node)
         args = convert_arg(ctx, node.args)
         kwargs = {k: convert_arg(ctx, v) for k, v in node.kwargs.items()}
-        rule = None if _touches_complex(node) else lowering_for(node.target)
+        rule = None if _touches_complex(node) or _off_device(node, on) else lowering_for(node.target)
         result = rule(ctx, *args, **kwargs) if rule is not None else fallback(ctx)
         results = list(result) if isinstance(result, (tuple, list)) else [result]
         if len(results) != len(node.outputs):

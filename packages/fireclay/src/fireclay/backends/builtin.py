@@ -52,7 +52,7 @@ def _codegen_compiler(program: Program, example_inputs: list, options: dict[str,
         # Only for debug_dir and the report: timed as their own cost, not the compile's.
         with stages.stage("report and debug files", record.label):
             stages.program_made(record, f"loops {role}", fireclay_loops.to_program(scheduled))
-    target = "triton" if _targets_gpu(example_inputs) else "cpp"
+    target = "triton" if _targets_gpu(example_inputs) or _makes_gpu_tensors(program) else "cpp"
     with stages.stage(target, record.label), in_stage("code generation"):
         compiled = _generate(scheduled, example_inputs, options, program, target)
     stages.code_made(record, role, target, compiled)
@@ -76,6 +76,15 @@ def _generate(scheduled: Any, example_inputs: list, options: dict[str, Any], pro
 def _targets_gpu(example_inputs: list) -> bool:
     """Whether a graph goes to fireclay-triton: any of its inputs is a CUDA tensor."""
     return any(str(getattr(x, "device", "cpu")).startswith("cuda") for x in example_inputs)
+
+
+def _makes_gpu_tensors(program: Program) -> bool:
+    """Whether a graph whose inputs are all on the CPU makes CUDA tensors (``torch.arange(n,
+    device="cuda")`` after a graph break that left only CPU values): its code is Triton's, its
+    buffers on the GPU."""
+    import fireclay_loops
+
+    return fireclay_loops.accelerator(program) == "cuda"
 
 
 def _for_gpu(scheduled: Any, example_inputs: list, options: dict[str, Any], program: Program | None = None) -> Compiled:
