@@ -558,3 +558,46 @@ def test_graphs_that_only_return_inputs_reach_no_backend(fn, arity, graphs, grad
             assert got is args[0]
     assert all(p.graphs[p.entry].nodes for p in compiled_graphs)
     assert len(compiled_graphs) == graphs
+
+
+# Comprehensions whose body breaks on each element (a tensor's data decides the value). On
+# Python 3.12+ a comprehension runs inline in its function (PEP 709): after the break the list,
+# set or dict being built is an input of the resumed code, and what the resumed graph adds to
+# it must reach the real object.
+def _list_of_ints(x):
+    return [int(u) + 1 for u in x[:, 0].round().unique()]
+
+
+def _list_of_selections(x):
+    rows = x[:, 0].round().unique()
+    picked = [x[x[:, 0].round() == u] for u in rows]
+    return torch.cat(picked, 0) * 2, [p.size(0) for p in picked]
+
+
+def _nested_lists(x):
+    return [[int(v) for v in x[i, :2].round()] for i in range(x.size(0))]
+
+
+def _set_and_dict(x):
+    values = x[:, 0].round()
+    return sorted({int(u) for u in values}), {int(u): x[values == u].sum() for u in values.unique()}
+
+
+def _list_after_items(x):
+    out = [x[0, 0] * 2]
+    out += [x[i, 0] * float(x[i, 1].round()) for i in range(1, x.size(0))]
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("fn", [_list_of_ints, _list_of_selections, _nested_lists, _set_and_dict, _list_after_items])
+def test_comprehension_that_breaks_on_every_element(fn):
+    def make():
+        x = torch.randn(6, 3) * 2
+        x[:, 0] = torch.tensor([0.0, 1.0, 2.0, 1.0, 0.0, 2.0])[torch.randperm(6)]
+        return (x,)
+
+    compiled = capture(fn)
+    for _ in range(3):
+        (x,) = make()
+        expected, actual = fn(x.clone()), compiled(x)
+        assert repr(actual) == repr(expected)

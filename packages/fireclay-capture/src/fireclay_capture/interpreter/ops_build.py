@@ -52,8 +52,11 @@ def build_slice(frame: Frame, inst) -> None:
 
 @handler("LIST_APPEND")
 def list_append(frame: Frame, inst) -> None:
+    # Through the list's own method, which notes the change: on Python 3.12+ a comprehension runs
+    # inline, so after a graph break inside it the list being built is an input of the resumed
+    # code, and an append only to the traced copy would be lost
     v = frame.pop()
-    frame.stack[-inst.arg].items.append(v)
+    frame.stack[-inst.arg].method(frame.tx, "append", [v], {})
 
 
 @handler("SET_ADD")
@@ -72,7 +75,7 @@ def map_add(frame: Frame, inst) -> None:
 @handler("LIST_EXTEND")
 def list_extend(frame: Frame, inst) -> None:
     v = frame.pop()
-    frame.stack[-inst.arg].items.extend(v.unpack(frame.tx))
+    frame.stack[-inst.arg].method(frame.tx, "extend", [v], {})
 
 
 @handler("SET_UPDATE")
@@ -94,6 +97,7 @@ def dict_update(frame: Frame, inst) -> None:
         dup = set(target.items) & set(v.items)
         if dup:
             raise Unsupported(f"got multiple values for keyword argument {sorted(dup)[0]!r}")
+    target._mutable(frame.tx)  # the dict may be an input of resumed code, as LIST_APPEND's list
     target.items.update(v.items)
     target.key_vars.update(v.key_vars)
 
