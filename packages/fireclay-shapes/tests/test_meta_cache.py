@@ -117,3 +117,20 @@ def test_calls_differing_only_in_strides_or_dtype_get_their_own_answers(order):
     for name in order + ("double",) + order:
         x = mode.from_real(reals[name])
         assert meta_of(torch.exp(x)) == meta_of(torch.exp(reals[name]))
+
+
+@pytest.mark.parametrize("index", [-1, -2, 1])
+@pytest.mark.parametrize("op", [aten.sub.Tensor, aten.mul.Tensor, aten.add.Tensor])
+def test_elements_of_a_symbolic_length_are_not_keyed(index, op):
+    """``pos[-1]`` of a tensor of symbolic length is 0-d with static sizes and strides, but its
+    storage offset is symbolic (s0 - 1): the call is computed, not keyed (hashing the offset
+    raised, and capture ran the whole frame eagerly)."""
+    from fireclay_shapes import ShapeEnv
+
+    mode = FakeMode(ShapeEnv.restore([{"name": "s0", "hint": 8, "min": 3, "max": None}], []))
+    pos = mode.fake(["s0"], dtype=torch.int64)
+    with mode:
+        a, b = pos[0], pos[index]
+        out = op(a, b)
+    assert out.shape == () and out.dtype == torch.int64
+    assert isinstance(out, FakeTensor)

@@ -75,9 +75,11 @@ def _key(x: Any, fake_type: type | None) -> Any:
             raise _NotKeyed
         if m.layout != torch.strided or m.is_conj() or m.is_neg():
             raise _NotKeyed
-        shape, stride = tuple(m.shape), m.stride()
-        hash(shape + stride)  # symbolic sizes are unhashable: such a call is not keyed
-        return ("tensor", shape, stride, m.storage_offset(), m.dtype, device)
+        shape, stride, offset = tuple(m.shape), m.stride(), m.storage_offset()
+        # symbolic sizes are unhashable: such a call is not keyed (a storage offset too: x[-1]
+        # of a tensor of symbolic length starts at s0 - 1 with all its sizes static)
+        hash(shape + stride + (offset,))
+        return ("tensor", shape, stride, offset, m.dtype, device)
     t = type(x)
     if t is tuple or t is list:
         return (t, tuple(_key(a, fake_type) for a in x))
