@@ -34,13 +34,19 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
+    """The checkout's short commit, with "+changes" when the tracked files differ from it (a copy
+    of a working tree whose git folder is older than its files says so, instead of naming a
+    commit whose code did not run)."""
     try:
         done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                               text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=REPO_ROOT, capture_output=True,
+                                 timeout=30).returncode == 1
+    except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout.strip() or None
+    commit = done.stdout.strip()
+    return (commit + ("+changes" if changed else "")) or None
 
 
 def environment(device: str) -> dict:
@@ -49,7 +55,7 @@ def environment(device: str) -> dict:
         "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "gpu": gpu,
         "python": platform.python_version(), "platform": platform.platform(),
         "versions": {dist: _version(dist) for dist in ("torch", "transformers", "triton", "fireclay")},
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         # Other work on the machine shows here first: a load above the CPU count slows every column.
         "load_average_at_start": load_average(),
     }

@@ -153,16 +153,13 @@ def _warm_up(dynamo: bool) -> None:
 
 def _environment(args: argparse.Namespace) -> dict[str, Any]:
     import platform
-    import subprocess
 
     import torch
     import transformers
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                                text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        commit = ""
+    from benchmarks.report import git_commit
+
+    commit = git_commit() or ""
     return {"device": args.device, "dtype": args.dtype, "mode": args.mode, "jobs": args.jobs,
             "timeout_s": args.timeout, "torch": torch.__version__, "transformers": transformers.__version__,
             "python": platform.python_version(), "machine": platform.processor() or platform.machine(),

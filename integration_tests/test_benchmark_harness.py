@@ -520,3 +520,22 @@ def test_sweep_resumes_an_interrupted_run_and_stops_at_its_deadline(tmp_path, mo
     with pytest.raises(SystemExit):
         sweep.main(["--only", "bert", "--device", "cuda", "--resume", str(tmp_path / "earlier.json")])
     assert "a sweep with device 'cpu', not 'cuda'" in capsys.readouterr().err
+
+
+def test_results_name_a_commit_whose_files_changed_as_such(tmp_path, monkeypatch):
+    """A copy of a working tree can carry an older git folder than its files (the GPU machine's):
+    the commit a result names says "+changes" then, instead of naming code that did not run."""
+    from benchmarks import report
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "one")
+    monkeypatch.setattr(report, "REPO_ROOT", str(tmp_path))
+    clean = report.git_commit()
+    assert clean and "+" not in clean
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert report.git_commit() == clean + "+changes"
