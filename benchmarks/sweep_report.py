@@ -28,6 +28,7 @@ class Outcome:
     inputs: str = ""  # the forward arguments given
     shrink: str = ""  # "tiny", or "layers only" where the tiny widths do not build or run
     random: bool = False  # eager's outputs change with the seed: compared by shape
+    random_sizes: bool = False  # their sizes too: compared by number of dimensions and dtype
     parameters: int = 0
     config_changes: int = 0
     graphs: int | None = None
@@ -208,7 +209,7 @@ def markdown(outcomes: list[Outcome], meta: dict[str, Any]) -> str:
         err = "" if o.max_error is None else f"{o.max_error:.1e}"
         dyn = "" if o.dynamo_graphs is None else f"{o.dynamo_graphs} / {o.dynamo_breaks}"
         why = o.reason or (o.eager_frames[0] if o.eager_frames else "")
-        lines.append(f"| {o.model_type} | {o.status}{' (random)' if o.random else ''} | "
+        lines.append(f"| {o.model_type} | {o.status}{' (random sizes)' if o.random_sizes else ' (random)' if o.random else ''} | "
                      f"{'' if o.graphs is None else o.graphs} | {'' if o.breaks is None else o.breaks} | "
                      f"{len(o.eager_frames) if o.status not in ('skipped',) else ''} | {dyn} | {err} | {o.seconds:.1f} | "
                      f"{_cell(why[:200])} |")

@@ -118,15 +118,19 @@ def relative_error(actual: Any, expected: Any, floor: float = 0.0) -> float:
 
 
 def compare(actual: list[tuple[str, Any]], expected: list[tuple[str, Any]], by_shape: bool,
-            tolerance: float) -> tuple[bool, float, str]:
-    """(passed, worst error, what differs) over every leaf of two flattened outputs."""
+            tolerance: float, by_structure: bool = False) -> tuple[bool, float, str]:
+    """(passed, worst error, what differs) over every leaf of two flattened outputs; ``by_shape``
+    compares tensors by shape and dtype (a model drawing random numbers), ``by_structure`` by
+    number of dimensions and dtype (one whose output sizes are random too)."""
     if [p for p, _ in actual] != [p for p, _ in expected]:
         return False, math.inf, f"output structure differs: {len(actual)} leaves vs eager's {len(expected)}"
     worst, where = 0.0, ""
     gradient_floor = GRADIENT_FLOOR * max((_scale(e) for p, e in expected if p.startswith("grad[")), default=0.0)
     for (path, a), (_, e) in zip(actual, expected):
         if isinstance(e, torch.Tensor):
-            if by_shape:
+            if by_structure:
+                err = 0.0 if isinstance(a, torch.Tensor) and a.dim() == e.dim() and a.dtype == e.dtype else math.inf
+            elif by_shape:
                 err = 0.0 if isinstance(a, torch.Tensor) and a.shape == e.shape and a.dtype == e.dtype else math.inf
             else:
                 err = relative_error(a, e, gradient_floor if path.startswith("grad[") else 0.0)
@@ -376,6 +380,8 @@ def _compile_and_compare(ready: _Ready, device: str, dtype: str, mode: str, dyna
         torch.manual_seed(1)
         again = _step(model, kwargs, mode, params)
     outcome.random = not compare(again, expected, False, 0.0)[0]
+    # vits draws its durations from numpy: two eager runs differ in output length as well
+    outcome.random_sizes = outcome.random and not compare(again, expected, True, 0.0)[0]
     tolerance = TOLERANCE[dtype]
 
     # fireclay, on a copy (training steps change gradients; module state may change too).
@@ -404,7 +410,7 @@ def _compile_and_compare(ready: _Ready, device: str, dtype: str, mode: str, dyna
     if results:
         passed, worst, where = True, 0.0, ""
         for result in results:
-            ok, err, at = compare(result, expected, outcome.random, tolerance)
+            ok, err, at = compare(result, expected, outcome.random, tolerance, outcome.random_sizes)
             if err > worst or not ok:
                 worst, where = err, at
             passed = passed and ok
@@ -423,7 +429,8 @@ def _compile_and_compare(ready: _Ready, device: str, dtype: str, mode: str, dyna
         if outcome.status == "wrong" and dynamo_result is not None and results:
             # TorchDynamo's graph gives the same answer: the library takes another path while
             # compiling (torch.compiler.is_compiling()), so eager is not what compiling can match.
-            outcome.same_as_dynamo = compare(results[0], dynamo_result, outcome.random, tolerance)[0]
+            outcome.same_as_dynamo = compare(results[0], dynamo_result, outcome.random, tolerance,
+                                             outcome.random_sizes)[0]
             if outcome.same_as_dynamo:
                 outcome.reason += "; the same as TorchDynamo's result"
     outcome.seconds = round(time.perf_counter() - start, 2)

@@ -371,6 +371,11 @@ def test_sweep_compares_every_output_and_random_models_by_shape():
     passed, worst, where = compare(list(flatten(b)), list(flatten(a)), by_shape=False, tolerance=1e-3)
     assert not passed and where == "out.nested[1][0]"  # a later output differs, not the first
     assert compare(list(flatten(b)), list(flatten(a)), by_shape=True, tolerance=1e-3)[0]
+    longer = {"last": torch.ones(5), "nested": (torch.zeros(3), [torch.ones(1), None])}
+    assert not compare(list(flatten(longer)), list(flatten(a)), by_shape=True, tolerance=1e-3)[0]
+    assert compare(list(flatten(longer)), list(flatten(a)), True, 1e-3, by_structure=True)[0]
+    wider = {"last": torch.ones(5, 1), "nested": (torch.zeros(3), [torch.ones(1), None])}
+    assert not compare(list(flatten(wider)), list(flatten(a)), True, 1e-3, by_structure=True)[0]
     nan = {"last": torch.tensor([1.0, float("nan")])}
     assert not compare(list(flatten({"last": torch.tensor([1.0, 2.0])})), list(flatten(nan)), False, 1e-3)[0]
 
