@@ -1,5 +1,6 @@
 """The wrapper's workspace and its extern calls: the arena and its views made once and kept
-between calls (small arenas), outputs that never share memory with a kept arena, calls from
+between calls (small arenas), larger arenas taken from and given back to the process's one kept
+block (``runtime.ArenaStore``), outputs that never share memory with a reused arena, calls from
 several threads and from inference mode; matmuls with a transposed weight called as ``linear``;
 views made once per call. Every result is checked against eager on fresh random inputs."""
 
@@ -14,7 +15,7 @@ from aten_builder import AtenBuilder
 from batch import SEED
 
 import fireclay_cpp
-from fireclay_cpp import Config
+from fireclay_cpp import Config, runtime
 
 GEN = torch.Generator().manual_seed(SEED)
 
@@ -38,8 +39,34 @@ def _mlp(rows: int = 12, width: int = 16, depth: int = 2):
     return b, b.output(b.call("_softmax.default", h, 1, False))
 
 
-def _compile(program, keep: int | None = None):
-    return fireclay_cpp.compile_program(program, cfg=Config() if keep is None else Config(keep_arena_bytes=keep))
+# how a program gets its arena: kept with its views, from the process's block, new every call
+ARENAS = {"kept": {}, "store": {"keep_arena_bytes": 0}, "per_call": {"keep_arena_bytes": 0, "reuse_arena_bytes": 0}}
+
+
+def _compile(program, keep: int | None = None, arena: str | None = None):
+    settings = ARENAS[arena] if arena is not None else ({} if keep is None else {"keep_arena_bytes": keep})
+    return fireclay_cpp.compile_program(program, cfg=Config(**settings))
+
+
+class _RecordingStore(runtime.ArenaStore):
+    """The process's store, noting the address of every block it hands out."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken: list[int] = []
+
+    def take(self, nbytes: int):
+        block = super().take(nbytes)
+        self.taken.append(block.data_ptr())
+        return block
+
+
+@pytest.fixture
+def store(monkeypatch):
+    """A store of the test's own: programs compiled in the test bind it."""
+    own = _RecordingStore()
+    monkeypatch.setattr(runtime, "arena_store", own)
+    return own
 
 
 def _check(compiled, b, inputs, tol=1e-5):
@@ -49,12 +76,13 @@ def _check(compiled, b, inputs, tol=1e-5):
     return got
 
 
-@pytest.mark.parametrize("keep", [None, 0], ids=["kept", "per_call"])
-def test_outputs_of_earlier_calls_survive_later_calls(keep):
+@pytest.mark.parametrize("arena", sorted(ARENAS))
+def test_outputs_of_earlier_calls_survive_later_calls(arena, store):
     b, program = _mlp()
-    compiled = _compile(program, keep)
+    compiled = _compile(program, arena=arena)
     text = compiled.wrapper_source
-    assert "def new_workspace():" in text and ("workspaces.append(ws)" in text) == (keep is None)
+    assert "def new_workspace():" in text and ("workspaces.append(ws)" in text) == (arena == "kept")
+    assert ("take_arena(" in text and "give_arena(arena)" in text) == (arena == "store")
     first_inputs = _fresh(b)
     first = [t.clone() for t in _check(compiled, b, first_inputs)]
     kept = compiled(*first_inputs)
@@ -75,13 +103,14 @@ def test_each_view_of_the_arena_is_made_once():
     assert len(uses) > len(views)  # the same views serve several calls of the program's externs
 
 
-def test_an_output_that_views_the_arena_keeps_it():
+@pytest.mark.parametrize("arena", ["kept", "store"])
+def test_an_output_that_views_the_arena_keeps_it(arena, store):
     """A bit cast (a library call returning a view of its argument) of an intermediate in the
     arena: the output shares the arena's memory, so the next call must not reuse that arena."""
     b = AtenBuilder()
     x = b.input(_randn(6, 8), "x")
     program = b.output(b.call("view.dtype", b.call("exp.default", x), torch.int32))
-    compiled = _compile(program)
+    compiled = _compile(program, arena=arena)
     assert "untyped_storage().data_ptr() != arena_ptr" in compiled.wrapper_source
     inputs = _fresh(b)
     (first,) = _check(compiled, b, inputs)
@@ -104,11 +133,12 @@ def test_only_results_that_may_view_an_argument_are_checked_against_the_arena():
         _check(compiled, b, _fresh(b))
 
 
-def test_calls_from_several_threads_at_once():
+@pytest.mark.parametrize("arena", ["kept", "store"])
+def test_calls_from_several_threads_at_once(arena, store):
     """Each call runs in a workspace no other call uses: results are those of calls one at a time,
     bit for bit, and match eager."""
     b, program = _mlp(rows=64, width=64, depth=3)
-    compiled = _compile(program)
+    compiled = _compile(program, arena=arena)
     cases = [_fresh(b) for _ in range(6)]
     alone = [_check(compiled, b, c, tol=1e-4) for c in cases]
     errors: list[BaseException] = []
@@ -132,14 +162,52 @@ def test_calls_from_several_threads_at_once():
     assert not errors, errors[0]
 
 
-def test_a_workspace_made_in_inference_mode_serves_normal_mode():
+@pytest.mark.parametrize("arena", ["kept", "store"])
+def test_a_workspace_made_in_inference_mode_serves_normal_mode(arena, store):
     b, program = _mlp()
-    compiled = _compile(program)
+    compiled = _compile(program, arena=arena)
     with torch.inference_mode():
         _check(compiled, b, _fresh(b))
     with torch.no_grad():
         _check(compiled, b, _fresh(b))
     _check(compiled, b, _fresh(b))
+
+
+def test_a_larger_arena_is_the_same_memory_every_call(store):
+    """An arena over keep_arena_bytes is not allocated anew each call (the C library would hand
+    it back to the system and fault its pages in again, one per 4 KiB): every call after the
+    first runs in the block the first gave back."""
+    b, program = _mlp(rows=64, width=64, depth=3)
+    compiled = _compile(program, arena="store")
+    for _ in range(4):
+        _check(compiled, b, _fresh(b), tol=1e-4)
+    assert len(store.taken) == 4 and len(set(store.taken)) == 1
+    size = int(re.search(r"take_arena\((\d+)\)", compiled.wrapper_source).group(1))
+    assert size <= store.held_bytes < size + runtime.ArenaStore.ALIGN
+
+
+def test_programs_share_one_block_the_size_of_the_largest_arena(store):
+    """Two programs taking turns (a training step's forward and backward): the store holds one
+    block, as large as the larger arena, and both run in it; results stay right."""
+    small, small_program = _mlp(rows=8, width=16)
+    large, large_program = _mlp(rows=64, width=64, depth=3)
+    first, second = _compile(small_program, arena="store"), _compile(large_program, arena="store")
+    sizes = [int(re.search(r"take_arena\((\d+)\)", c.wrapper_source).group(1)) for c in (first, second)]
+    assert sizes[0] < sizes[1]
+    for _ in range(3):
+        _check(first, small, _fresh(small))
+        _check(second, large, _fresh(large), tol=1e-4)
+    assert len(set(store.taken[1:])) == 1  # after the first block grew to the larger arena
+    assert sizes[1] <= store.held_bytes < sizes[1] + runtime.ArenaStore.ALIGN
+
+
+def test_a_per_call_arena_is_never_kept(store):
+    b, program = _mlp()
+    compiled = _compile(program, arena="per_call")
+    assert "take_arena(" not in compiled.wrapper_source
+    for _ in range(2):
+        _check(compiled, b, _fresh(b))
+    assert store.taken == [] and store.held_bytes == 0
 
 
 BIASES = {"none": None, "row": (16,), "full": (12, 16), "broadcast_row": (1, 16)}

@@ -78,7 +78,7 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
     groups = library_sources(kernels, cfg)
     library_of = {k.name: i for i, group in enumerate(groups) for k in group}
     externs = ExternCalls(runtime.returns_one_tensor, runtime.linear_out() is not None, cfg.keep_arena_bytes,
-                          runtime.may_alias_argument)
+                          runtime.may_alias_argument, cfg.reuse_arena_bytes)
     wrapper = generate_wrapper(scheduled, {k.name: (k.buffers, k.symbols) for k in kernels}, library_of,
                                runtime.out_argument, externs, {k.name: k.checks for k in kernels if k.checks})
     sources = [PRELUDE + simd_reductions([t for k in group for t in k.accumulators]) + "\n"
@@ -89,7 +89,8 @@ def compile_program(program: Any, example_inputs: Sequence[torch.Tensor] | None 
                                  "view": runtime.view, "conform": runtime.conform,
                                  "tensor_types": (torch.Tensor, torch.nn.Parameter),
                                  "get_num_threads": torch.get_num_threads, "linear": runtime.linear_out(),
-                                 "workspaces": [], "raise_check_failure": runtime.raise_check_failure}
+                                 "workspaces": [], "raise_check_failure": runtime.raise_check_failure,
+                                 "take_arena": runtime.arena_store.take, "give_arena": runtime.arena_store.give}
     for run in wrapper.runs:
         namespace[run.name] = runtime.bind_run(libraries[run.library].handle, run.name, run.checks)
         namespace["pack" + run.name] = ctypes.c_int64 * run.slots

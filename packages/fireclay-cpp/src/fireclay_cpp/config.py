@@ -28,6 +28,7 @@ from fireclay_loops.cache_dirs import default_root
 DEFAULT_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno",
                  "-fno-trapping-math", "-w")
 DEFAULT_KEEP_ARENA_BYTES = 4 * 2**20
+DEFAULT_REUSE_ARENA_BYTES = 2**30
 
 
 @functools.cache
@@ -49,11 +50,16 @@ class Config(Settings, section="cpp"):
                                    "command line")
     threads: int | None = setting(None, "the number of threads kernels are planned for (empty: the CPU count)")
     # Small programs spend more time making the arena and its views than in some of their
-    # kernels; large ones would hold much memory between calls for a gain that is small next to
-    # their run time.
+    # kernels. Large arenas kept by each program would add up over programs between calls: they
+    # share the process's one block instead (reuse_arena_bytes), and make their views per call.
     keep_arena_bytes: int = setting(DEFAULT_KEEP_ARENA_BYTES, "the largest per-call arena (bytes) a compiled "
                                     "program keeps from one call to the next, with every view of it made "
-                                    "once (0: a new arena every call)")
+                                    "once (0: none; larger arenas: reuse_arena_bytes)")
+    # A larger arena made every call is memory the C library returns to the system and takes
+    # again, one page fault per 4 KiB; one block kept for every such program stops that.
+    reuse_arena_bytes: int = setting(DEFAULT_REUSE_ARENA_BYTES, "the largest arena (bytes) a program that does "
+                                     "not keep its own takes from one block the process keeps between calls, "
+                                     "and gives back after the call (0: a new arena every call)")
 
     def resolved_cache_dir(self) -> str:
         """This package's folder of the cache shared with the other stages."""

@@ -33,6 +33,13 @@ a plain loop over the row, into a local array the vectorised loop then reads in 
 those of a row reduction's loop (a layer norm's gradient over a transposed operand; see
 :meth:`CppKernelGen._gather_strided_loads`).
 
+Values of a pointwise kernel that change along its innermost loop but not along the outer ones
+(batch norm's per-channel ``1 / sqrt(var + eps)`` over channels-last memory) are computed once
+per call, before the outer loops, into a local array the innermost loop reads: inside OpenMP's
+outlined loop the parameters' ``__restrict__`` is lost, GCC cannot hoist them out of the outer
+loops itself, and a square root and a division per element made such a batch norm and SiLU
+kernel half as slow again (see :meth:`CppKernelGen._hoist_column_values`).
+
 Masks along the innermost loop of a pointwise kernel (a pad's or a slice's gradient, a
 concatenation along the last dim: ``x < 159 ? a : 0``) keep GCC from vectorising it too: with a
 call in the loop (``erf``) it does not turn the selects into blends. Such a loop runs as
@@ -49,6 +56,7 @@ per-thread accumulators merged in thread order (deterministic for a given thread
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,12 +75,17 @@ SPLIT_REDUCTION_MIN = 4096  # reduction length from which a lone reduction is sp
 ROW_CACHE_MAX = 1024  # longest reduction row whose values later loops read from a local array
 GATHER_ROW_MAX = 4096  # longest innermost loop of a pointwise kernel whose strided reads are gathered first
 GATHER_BYTES_MAX = 64 * 1024  # most bytes of gathered rows a kernel keeps on the stack (per thread)
+COLUMN_VALUES_BYTES = 32 * 1024  # most bytes of per-column values a pointwise kernel computes before its loops
 MAX_LOOP_SPLITS = 4  # most places the innermost loop of a pointwise kernel is split at (see the docstring)
 _COMPARE: dict[str, Callable[[int, int], bool]] = {
     "lt": lambda p, q: p < q, "le": lambda p, q: p <= q, "gt": lambda p, q: p > q,
     "ge": lambda p, q: p >= q, "eq": lambda p, q: p == q, "ne": lambda p, q: p != q,
 }
 _CACHED_TYPES = ("float", "double")
+_COLUMN_TYPES = ("float", "double", "int64_t", "int32_t")  # values kept in per-column arrays
+# code a value computed once per column must not hold: a kernel check, a random draw (its
+# position is the element's), a gathered row (an array of the outer point)
+_KEPT_IN_LOOP = ("fc_err", "fc_rand", "fc_gather")
 
 
 @dataclass(kw_only=True)
@@ -217,6 +230,7 @@ class CppKernelGen(KernelEmitter):
             outer = Scope()
             loop = Scope(parent=outer)
             last = len(xs) - 1
+            columns = self._hoist_column_values(plans, last, k.xsizes)
             gathers = self._gather_strided_loads(plans, outer, f"x{last}", k.xsizes[last])
             for plan in plans:
                 outer.place_all(plan.before + plan.after)
@@ -225,7 +239,7 @@ class CppKernelGen(KernelEmitter):
                 self._unchecked(False)
             guard = self._scan_indices(loop, outer, [f"for (int64_t x{last} = 0; x{last} < {xs[last]}; x{last}++) {{"],
                                        ["}"], [(f"x{last}", xs[last])])
-            return self._function(xs, rs, outer.lines + gathers, split, loop.lines, guard)
+            return self._function(xs, rs, outer.lines + gathers, split, loop.lines, guard, columns)
         for a in self.accumulators:
             if not split and (a.kind == "welford" or a.plain_sum):
                 a.add_stmt.code = f"{a.name}_sum += ({a.ctype})({a.value.name});"
@@ -274,6 +288,51 @@ class CppKernelGen(KernelEmitter):
             lines += indent(gather.lines + [f"{array}[{var}] = {value.name};"]) + ["}"]
             value.code = f"{value.ctype} {value.name} = {array}[{var}];"
             value.deps = []
+        return lines
+
+    def _hoist_column_values(self, plans: list[StagePlan], last: int, xsizes: list[sympy.Expr]) -> list[str]:
+        """Lines, placed before the loops of a pointwise kernel, that compute once per call each
+        value the innermost loop (over ``x{last}``) needs which depends on that loop's variable
+        alone and costs more than a load (a division, a square root, a call), into a local array
+        of the loop's length; the innermost loop then reads the array (see the module docstring).
+        Values that read a buffer the kernel writes, check an index or draw random numbers stay
+        where they are; so does everything when a size is symbolic or a loop is empty."""
+        if not all(n.is_Integer and int(n) > 0 for n in xsizes) or int(xsizes[last]) > GATHER_ROW_MAX:
+            return []
+        var, extent = f"x{last}", int(xsizes[last])
+        other_var = re.compile(rf"\b(?!{var}\b)[xr]\d+\b")
+        closure = _loop_closure([v for plan in plans for v in plan.in_loop])
+        own: dict[CValue, bool] = {}
+
+        def column_only(v: CValue) -> bool:
+            if v not in own:
+                own[v] = False  # (while its dependencies are looked at)
+                own[v] = (v.bounds is None and v.acc is None and v.loaded not in self.stored
+                          and not other_var.search(v.code) and not any(w in v.code for w in _KEPT_IN_LOOP)
+                          and all(column_only(d) for d in v.deps))
+            return own[v]
+
+        frontier: dict[CValue, None] = {}
+        for user in closure:
+            if not column_only(user):
+                frontier.update((d, None) for d in user.deps if d in closure and column_only(d))
+        lines: list[str] = []
+        budget = COLUMN_VALUES_BYTES
+        for v in frontier:
+            cone = [v, *_all_deps(v)]
+            if v.ctype not in _COLUMN_TYPES or not any("/" in d.code or "fc_" in d.code for d in cone):
+                continue
+            budget -= extent * (8 if v.ctype in ("double", "int64_t") else 4)
+            if budget < 0:
+                break
+            array = self.fresh("fc_column")
+            scope = Scope()
+            scope.place(v)
+            lines += [f"{v.ctype} {array}[{extent}];", "#pragma omp simd",
+                      f"for (int64_t {var} = 0; {var} < {extent}; {var}++) {{"]
+            lines += indent(scope.lines + [f"{array}[{var}] = {v.name};"]) + ["}"]
+            v.code, v.deps, v.varying, v.exact = f"{v.ctype} {v.name} = {array}[{var}];", [], True, None
+            v.load_index = None
         return lines
 
     def _row_cache(self, plans: list[StagePlan], rs: list[str], split: bool) -> RowCache:
@@ -495,9 +554,10 @@ class CppKernelGen(KernelEmitter):
         return KernelSource(name=k.name, source="\n".join(out) + "\n", buffers=buffers, symbols=symbols,
                             accumulators=sorted({a.decl_type for a in self.accumulators}), checks=list(self.checks))
 
-    def _function(self, xs, rs, lines, split, inner: list[str] | None = None, guard: str = "") -> KernelSource:
+    def _function(self, xs, rs, lines, split, inner: list[str] | None = None, guard: str = "",
+                  before: list[str] = ()) -> KernelSource:
         k = self.kernel
-        body: list[str] = []
+        body: list[str] = list(before)
         nx = len(xs)
         if nx:
             heads = [f"for (int64_t x{d} = 0; x{d} < {xs[d]}; x{d}++) {{" for d in range(nx)]

@@ -111,6 +111,9 @@ _BINARY_TEMPLATE = {
 }
 
 
+# a max or min whose second operand is a float constant, not NaN (a clamp's bound): the NaN
+# test on it folds away (see the prelude's fc_maximum_test_b)
+_BOUNDED = {"maximum": "fc_maximum_test_b<{T}>({a}, {b})", "minimum": "fc_minimum_test_b<{T}>({a}, {b})"}
 _BLENDED = ("float", "double", "int64_t", "int32_t")  # the types fc_blend selects bits of
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 
@@ -293,7 +296,9 @@ class CppOps(KernelOps):
         if dtype.startswith(("float", "bfloat")):
             # (the literal rounded as the cast rounds it: equal constants then read equal)
             value = as_float32(float(value)) if t == "float" else float(value)
-            return self._val(f"({t})({_float_literal(value)})", t, [])
+            value_ = self._val(f"({t})({_float_literal(value)})", t, [])
+            value_.op = ("float_constant", value)  # (a max or min with it tests only the other side)
+            return value_
         value_ = self._val(f"({t})({_int_literal(int(value))})", t, [])
         value_.op = ("constant", int(value))  # (a comparison with an index may split the loop)
         return value_
@@ -388,7 +393,10 @@ class CppOps(KernelOps):
 
     def binary(self, name, a, b):
         t = "bool" if name in BOOL_RESULT else a.ctype
-        expr = _BINARY_TEMPLATE[name].format(a=a.name, b=b.name, T=t)
+        template = _BINARY_TEMPLATE[name]
+        if name in _BOUNDED and t in ("float", "double") and b.op[:1] == ("float_constant",) and not math.isnan(b.op[1]):
+            template = _BOUNDED[name]
+        expr = template.format(a=a.name, b=b.name, T=t)
         exact = None
         if name in VECTOR_MATH and t in ("float", "double"):
             exact = f"({t})(fc_exact_{name}(({t})({a.name}), ({t})({b.name})))"

@@ -18,7 +18,10 @@ The arena and every static view of it form a *workspace*, made by the generated
 small (``Config.keep_arena_bytes``) keeps its workspace for the next call: making a tensor costs
 about 1-2 µs, as much as a small kernel. A call takes the kept workspace (or makes one when
 another call holds it, from another thread) and gives it back when it returns, unless an output
-shares its memory (an extern op that returned a view of its input).
+shares its memory (an extern op that returned a view of its input). A larger arena (up to
+``Config.reuse_arena_bytes``) comes from the process's one kept block (``runtime.ArenaStore``),
+given back on the same terms, and only its views are made per call: an arena allocated every
+call costs a page fault per 4 KiB of it.
 """
 
 from __future__ import annotations
@@ -144,6 +147,7 @@ class _Gen:
         self.call_views: dict[str, str] = {}  # view expression -> the local holding it this call
         self.views_of: dict[str, list[str]] = {}  # buffer -> locals viewing it (deleted with it)
         self.keep_arena = 0 < self.w.arena_bytes <= externs.keep_arena_bytes
+        self.reuse_arena = not self.keep_arena and 0 < self.w.arena_bytes <= externs.reuse_arena_bytes
         self.mems: set[str] = set()
 
     # -- Python side
@@ -208,7 +212,8 @@ class _Gen:
     def _workspace_function(self) -> list[str]:
         """``new_workspace()``: the arena, its address, and its views. A kept workspace is made
         outside inference mode, so that later calls in normal mode may write into it."""
-        body = [f"arena = torch.empty({self.w.arena_bytes}, dtype=torch.uint8)"]
+        size = self.w.arena_bytes
+        body = [f"arena = take_arena({size})" if self.reuse_arena else f"arena = torch.empty({size}, dtype=torch.uint8)"]
         body += [f"arena_{dtype} = arena.view(torch.{dtype})" for dtype in self.typed_arena]
         body.append("return (" + ", ".join(["arena", "arena.data_ptr()"] + [f"arena_{dtype}" for dtype in self.typed_arena]
                                           + list(self.arena_views)) + ",)")
@@ -336,14 +341,13 @@ class _Gen:
 
     def _return(self) -> None:
         if self.keep_arena:
-            # An output that shares the arena's memory keeps the workspace: it is not reused.
-            # Only a library result that may view an argument can (one whose op says so).
-            made_by = {b: s.op for s in self.scheduled.steps if isinstance(s, ExternNode) for b in s.outputs}
-            shared = [f" and {o}.untyped_storage().data_ptr() != arena_ptr" for o in self.prog.outputs
-                      if not isinstance(o, Constant) and o in self.bound_results
-                      and self.externs.may_alias_argument(made_by[o])]
-            self.w.line(f"if not workspaces{''.join(shared)}:")
+            self.w.line(f"if {' and '.join(['not workspaces', *self._outputs_apart_from_arena()])}:")
             self.w.line("workspaces.append(ws)", 2)
+        elif self.reuse_arena:
+            apart = self._outputs_apart_from_arena()
+            if apart:
+                self.w.line(f"if {' and '.join(apart)}:")
+            self.w.line("give_arena(arena)", 2 if apart else 1)
         outs = []
         for o in self.prog.outputs:
             if isinstance(o, Constant):
@@ -355,6 +359,13 @@ class _Gen:
             else:
                 outs.append(o)
         self.w.line("return (" + "".join(f"{x}, " for x in outs) + ")")
+
+    def _outputs_apart_from_arena(self) -> list[str]:
+        """Tests that no output shares the arena's memory (then the arena is not reused). Only a
+        library result that may view an argument can (one whose op says so)."""
+        made_by = {b: s.op for s in self.scheduled.steps if isinstance(s, ExternNode) for b in s.outputs}
+        return [f"{o}.untyped_storage().data_ptr() != arena_ptr" for o in self.prog.outputs
+                if not isinstance(o, Constant) and o in self.bound_results and self.externs.may_alias_argument(made_by[o])]
 
     # -- C++ side
     def _run(self, run: list[int], lib: int) -> None:
@@ -435,12 +446,14 @@ class ExternCalls:
     """What the wrapper may assume about calling torch (the caller, which has torch, knows):
     which ops return one tensor rather than a tuple, whether ``linear(x, w, bias, out=...)`` (the
     namespace's ``linear``) may stand for a matmul with a transposed weight, the largest arena a
-    program keeps between calls, and which ops may return a view of an argument."""
+    program keeps between calls, which ops may return a view of an argument, and the largest
+    arena taken from the process's kept block (the namespace's ``take_arena``/``give_arena``)."""
 
     returns_one_tensor: Any = lambda op: False
     linear_out: bool = False
     keep_arena_bytes: int = 0
     may_alias_argument: Any = lambda op: True
+    reuse_arena_bytes: int = 0
 
 
 def generate_wrapper(scheduled: ScheduledProgram, kernel_args: dict[str, tuple[list[str], list[str]]],
