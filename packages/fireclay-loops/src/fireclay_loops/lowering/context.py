@@ -365,6 +365,16 @@ class LoweringContext:
                                          self._meta(), positions))
         return tuple(results)
 
+    def library_call(self, op: str, args: tuple[Any, ...], size: Sequence[Any], dtype: str, device: str) -> BufferValue:
+        """A library call of ``op`` (one tensor result, written contiguous into a buffer of its
+        own) made for the current node without being it: one of the matrix products a
+        convolution over a one-pixel image is (:mod:`fireclay_loops.lowering.pixel_convolutions`)."""
+        size = [exprs.as_expr(d) for d in size]
+        buf = Buffer(self.fresh("buf"), dtype, device, size, exprs.contiguous_strides(size))
+        self.out.buffers[buf.name] = buf
+        self.out.nodes.append(ExternNode(self.fresh("op"), op, args, {}, [buf.name], "extern", self._meta(), [0]))
+        return BufferValue(buf)
+
     def _returned_values(self) -> set[Value]:
         """The graph's outputs that leave the program in eager's layout: all but those only
         the backward reads (``SAVED_OUTPUTS``: the backward is compiled for the layouts it

@@ -17,6 +17,11 @@ from fireclay_ir.dialects.aten import ATTENTION_BIAS_ALIGNMENT, ATTENTION_BIAS_P
 from fireclay_loops import exprs, layout
 from fireclay_loops.lowering import library_layouts
 from fireclay_loops.lowering.context import LoweringContext, fallback
+from fireclay_loops.lowering.pixel_convolutions import (
+    is_pixel_convolution,
+    lower_pixel_convolution,
+    lower_pixel_convolution_backward,
+)
 from fireclay_loops.lowering.registry import register_lowering
 from fireclay_loops.lowering.values import BufferValue, TensorValue
 
@@ -152,7 +157,12 @@ def lower_convolution(ctx: LoweringContext, x: TensorValue, *args: Any, **kwargs
     """The input and the weight channels-last: the library then writes the result channels-last
     without reordering either activation. (Given an NCHW weight, the library would copy it to
     channels-last itself on every call, through an allocation and a dispatched copy that cost
-    more than this program's copy kernel.)"""
+    more than this program's copy kernel.) Over a one-pixel image with a 1 x 1 kernel: a matrix
+    product (:mod:`fireclay_loops.lowering.pixel_convolutions`)."""
+    weight, bias = args[0], args[1]
+    padding, transposed, groups = args[3], args[5], args[7]
+    if is_pixel_convolution(x, weight, padding, transposed, groups):
+        return lower_pixel_convolution(ctx, x, weight, bias)
     if not ctx.channels_last or x.rank != 4:
         return fallback(ctx, kind="extern")
     return fallback(ctx, kind="extern", replace=_activations_in_layout(ctx, (0, 1)))
@@ -164,10 +174,13 @@ def lower_convolution_backward(ctx: LoweringContext, grad_output: TensorValue, x
     """The gradient and the input channels-last (the weight as it is): the library then
     writes the input gradient channels-last too. A depthwise backward whose kernel is larger
     than its image gets both in eager's layout instead (:func:`layout.depthwise_backward_keeps_
-    eager_layout`), and writes its gradients in that layout."""
+    eager_layout`), and writes its gradients in that layout. Over a one-pixel image with a 1 x 1
+    kernel: matrix products (:mod:`fireclay_loops.lowering.pixel_convolutions`)."""
+    weight, padding, transposed, groups, output_mask = args[0], args[3], args[5], args[7], args[8]
+    if is_pixel_convolution(x, weight, padding, transposed, groups):
+        return lower_pixel_convolution_backward(ctx, grad_output, x, weight, output_mask)
     if not ctx.channels_last or x.rank != 4:
         return fallback(ctx, kind="fallback")
-    weight, groups = args[0], args[7] if len(args) > 7 else kwargs.get("groups")
     if (str(x.device).startswith("cpu") and isinstance(weight, TensorValue)
             and layout.depthwise_backward_keeps_eager_layout([exprs.to_static(d) for d in x.size],
                                                              [exprs.to_static(d) for d in weight.size], groups)):

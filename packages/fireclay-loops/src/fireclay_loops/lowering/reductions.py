@@ -30,6 +30,12 @@ def _reduce(ctx, x: TensorValue, dims: list[int], keepdim: bool, reduction_type:
     return result
 
 
+def sum_over(ctx, x: TensorValue, dims: list[int], out: int = 0):
+    """The sum of ``x`` over ``dims``, as the current node's result ``out`` (another op's lowering
+    computing a sum as part of its work: a bias gradient)."""
+    return _reduce(ctx, x, dims, False, "sum", out=out)
+
+
 @register_lowering("sum.default")
 def lower_sum(ctx, x, dtype=None):
     return _reduce(ctx, x, _dims(x, None), False, "sum")
