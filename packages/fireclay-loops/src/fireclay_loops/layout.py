@@ -22,7 +22,7 @@ a device named by ``config.channels_last`` the lowering keeps activations channe
 Only unambiguous layouts decide: a tensor with one channel or one pixel is both contiguous and
 channels-last, and libraries take it as contiguous. (A library's channels-last result of that
 shape, a 1x1 kernel's weight gradient, reports other strides than eager's along its dimensions of
-extent 1; as a program output it is copied into eager's.)
+extent 1; as a program output it is declared in eager's strides and restrided, not copied.)
 
 The choice is measured, not assumed (docs/status.md): on the CPU a small VGG-like network's
 inference was faster with it, mostly the convolutions.

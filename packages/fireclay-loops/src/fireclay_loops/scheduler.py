@@ -480,6 +480,7 @@ def order_steps(state: FusionState) -> list[Group | ExternNode]:
         for b in ws:
             writers.setdefault(b, []).append(k)
     produced = set(state.program.inputs)
+    _early_final_copies(steps, reads, writes, writers, key, produced)
     waiting: list[int] = []
     waiters: dict[str, list[int]] = {}
     ready: list[tuple[Any, int]] = []
@@ -505,6 +506,26 @@ def order_steps(state: FusionState) -> list[Group | ExternNode]:
     if len(done) != len(steps):
         raise RuntimeError("cycle among fused kernels; the fusion legality check failed")
     return done
+
+
+def _early_final_copies(steps: list[Any], reads: list[set[str]], writes: list[set[str]],
+                        writers: dict[str, list[int]], key: list[Any], inputs: set[str]) -> None:
+    """Moves up (in ``key``) each kernel that only reads buffers no other step reads and only
+    writes buffers no step reads (a program output copied into eager's layout from a library
+    result: a convolution's weight gradient): it runs right after the last of its writers, while
+    what it reads is still in cache, and frees that at once. Placed where the lowering made it,
+    at the end of the program, a training step's backward copied every weight gradient back
+    from memory (timm's ResNet-50: 7 ms of a 160 ms step)."""
+    readers: dict[str, int] = {}
+    for rs in reads:
+        for b in rs:
+            readers[b] = readers.get(b, 0) + 1
+    for k, step in enumerate(steps):
+        if not isinstance(step, Group) or not reads[k] or any(readers.get(b, 0) for b in writes[k]):
+            continue
+        if any(b in inputs or b in writes[k] or readers[b] != 1 or not writers.get(b) for b in reads[k]):
+            continue
+        key[k] = max(key[w] for b in reads[k] for w in writers[b]) + 0.5
 
 
 def finish_kernel(name: str, group: Group, program: LoopProgram, readers_outside: set[str]) -> Kernel:

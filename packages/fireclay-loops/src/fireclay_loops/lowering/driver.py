@@ -135,6 +135,12 @@ def lower(program: Program, *, seed: int = 0, donated: Sequence[int] = (),
                 # the library result is returned in the output's shape (no copy kernel)
                 v.buffer.size, v.buffer.stride = list(v.size), list(v.stride)
                 outputs.append(v.buffer.name)
+            elif isinstance(v, BufferValue) and want is not None and _restrided_library_result(ctx, v, want, outputs):
+                # the same memory as eager's layout: declared in eager's strides (the wrapper
+                # restrides the library's tensor, no copy kernel)
+                v.buffer.stride = list(want)
+                ctx.library_channels_last.discard(v.buffer.name)
+                outputs.append(v.buffer.name)
             elif pos in free and layout.can_be_channels_last(v.size):
                 # computed here for the backward, whose activations are channels-last too
                 outputs.append(ctx.pointwise(v.size, v.dtype, v.device, v.load,
@@ -190,6 +196,19 @@ def _reshaped_library_result(ctx: LoweringContext, v: BufferValue, want: Sequenc
         return False
     writers = [n for n in ctx.out.nodes if buf.name in n.write_buffers()]
     return len(writers) == 1 and isinstance(writers[0], ExternNode) and len(writers[0].outputs) == 1
+
+
+def _restrided_library_result(ctx: LoweringContext, v: BufferValue, want: Sequence[Any], outputs: list[Any]) -> bool:
+    """Whether output ``v`` is a library call's whole channels-last result of one channel or one
+    pixel (a 1 x 1 convolution's weight gradient): the same memory as eager's layout, with other
+    strides only along dimensions of extent 1. Declared in eager's strides, it is returned as the
+    library wrote it; kernels that read it index dimensions of extent 1 at 0 only."""
+    if not v.is_whole_buffer():
+        return False
+    buf = v.buffer
+    if buf.is_input or buf.name in outputs or buf.name not in ctx.library_channels_last:
+        return False
+    return _same_layout(v, want)
 
 
 def _same_layout(v: BufferValue, stride: Sequence[Any], exact: bool = False) -> bool:
