@@ -122,3 +122,38 @@ def test_symbolic_column_sums(rows, cols):
     x = _randn(rows, cols)
     (got,) = compiled(x)
     torch.testing.assert_close(got, x.sum(0), atol=1e-4, rtol=1e-5)
+
+
+def _var_mean_batch_norm_like(b, x):
+    """Variance and mean over every dim but the last (batch norm's statistics over channels-last
+    activations), then the normalised values: a later loop over the rows reading them."""
+    var, mean = b.call("var_mean.correction", x, [0, 1], correction=0, keepdim=True)
+    return var, mean, b.call("mul.Tensor", b.call("sub.Tensor", x, mean), b.call("rsqrt.default", b.call("add.Tensor", var, 1e-5)))
+
+
+# (id, input shape, offset added to the values): column Welford, computed in two passes (a sum for
+# the mean, then the squared deviations from it), with one block of the kept dim or several
+WELFORD_CASES = [
+    ("one_vector_of_channels", (64, 256, 16), 0.0),
+    ("few_channels", (3000, 1, 3), 0.0),
+    ("ragged_channels", (40, 50, 24), 0.0),
+    ("many_channels", (9, 7, 576), 0.0),
+    ("large_mean", (128, 32, 16), 1000.0),
+    ("odd_rows", (7, 3, 40), 0.0),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("cid,shape,offset", WELFORD_CASES, ids=[c[0] for c in WELFORD_CASES])
+def test_column_welford_in_two_passes_matches_eager(cid, shape, offset, dtype):
+    b = AtenBuilder()
+    x = _randn(*shape, dtype=dtype) + offset
+    program = b.output(*_var_mean_batch_norm_like(b, b.input(x)))
+    compiled = fireclay_cpp.compile_program(program)
+    source = compiled.cpp_sources[0]
+    assert COLUMN_LOOP in source and "_mean[fc_i]" in source and ".add(" not in source, source
+    atol = 1e-4 * (1 + offset) if dtype == torch.float32 else 1e-9 * (1 + offset)
+    for _ in range(2):
+        for g, w in zip(compiled(x), b.eager(x)):
+            torch.testing.assert_close(g, w, atol=atol, rtol=1e-4, msg=lambda m: f"{cid} (seed {SEED}): {m}")
+        x = _randn(*shape, dtype=dtype) + offset

@@ -9,7 +9,10 @@ rows skip through memory, which measured up to twice as slow once the rows leave
 (a layer-norm weight gradient over 4096 x 768). When there are fewer blocks than threads at
 run time, the blocks are narrowed then, so that every thread has one. A kernel's
 later loops over ``r`` (batch norm's backward over channels-last memory: the input gradient
-needs the per-channel sums of the first loop) run the same way, block by block.
+needs the per-channel sums of the first loop) run the same way, block by block. Welford's
+statistics take two loops over ``r``, as in row kernels: a sum for the mean, then the squared
+deviations from it (the online update divides per element, in a chain through the running mean
+that a block of one vector cannot hide: batch norm over 16 channels).
 """
 
 from __future__ import annotations
@@ -56,14 +59,23 @@ def column_function(gen: CppKernelGen, xs, rs, stages: list[StagePlan]) -> Kerne
         width = min(width, int(extent))  # (fewer columns than a block: one block of them all)
     arrays: list[str] = []
     restore: dict[Accumulator, str] = {}
+    count = " * ".join(f"({r})" for r in rs) or "1"
     for a in gen.accumulators:
         if a.plain_sum:
             a.add_stmt.code = f"{a.name}_col[fc_i] += ({a.ctype})({a.value.name});"
             arrays += [f"{a.ctype} {a.name}_col[{width}];",
                        f"for (int64_t fc_i = 0; fc_i < {width}; fc_i++) {a.name}_col[fc_i] = 0;"]
             restore[a] = f"{a.decl_type} {a.name}; {a.name}.v = {a.name}_col[fc_i];"
+        elif a.kind == "welford":
+            # two passes, as in row kernels (see _welford_second_pass): a sum, then the squared
+            # deviations from its mean; Welford's online update divides per element in a chain
+            # through the running mean, one vector a row when the block is one vector wide
+            a.add_stmt.code = f"{a.name}_col[fc_i] += ({a.ctype})({a.value.name});"
+            arrays += [f"{a.ctype} {a.name}_{part}[{width}];" for part in ("col", "mean", "m2")]
+            arrays.append(f"for (int64_t fc_i = 0; fc_i < {width}; fc_i++) {a.name}_col[fc_i] = {a.name}_m2[fc_i] = 0;")
+            restore[a] = (f"{a.decl_type} {a.name}; {a.name}.mean = {a.name}_mean[fc_i]; {a.name}.m2 = {a.name}_m2[fc_i]; "
+                          f"{a.name}.n = ({a.ctype})({count});")
         else:
-            # (Welford included: its online update is exact enough, and here it vectorises)
             a.add_stmt.code = a.add_stmt.code.replace(f"{a.name}.add(", f"{a.name}_col[fc_i].add(", 1)
             arrays.append(f"{a.decl_type} {a.name}_col[{width}];")
             restore[a] = f"{a.decl_type} {a.name} = {a.name}_col[fc_i];"
@@ -98,6 +110,9 @@ def column_function(gen: CppKernelGen, xs, rs, stages: list[StagePlan]) -> Kerne
             if points.lines:
                 block += over_block([restore[a] for a in done] + points.lines)
             block += rheads + indent(rows.lines + over_block(loop.lines, simd=True)) + ["}"] * len(rheads)
+            welford = [a for a in gen.accumulators if a.add_stmt in loop.seen and a.kind == "welford"]
+            if welford:
+                block += _welford_deviations(welford, count, rheads, over_block, kept, lanes, done, restore)
             done += [a for a in gen.accumulators if a.add_stmt in loop.seen]
             points = Scope()
         points.place_all(plan.after)
@@ -110,6 +125,26 @@ def column_function(gen: CppKernelGen, xs, rs, stages: list[StagePlan]) -> Kerne
         body[:0] = narrowed_block(gen, xs, width, k.numel * k.rnumel)
     body += heads + indent(block) + ["}"] * nx
     return gen.source(body)
+
+def _welford_deviations(accs: list[Accumulator], count: str, rheads: list[str], over_block, kept: dict[CValue, None],
+                        lanes: _LaneDependence, done: list[Accumulator], restore: dict[Accumulator, str]) -> list[str]:
+    """Lines of a column kernel's second pass for Welford accumulators: each point's mean from
+    the first loop's sums, then a loop over ``r`` (the values computed again) summing the
+    squared deviations from it."""
+    lines = over_block([f"{a.name}_mean[fc_i] = ({count}) > 0 ? {a.name}_col[fc_i] / ({a.ctype})({count}) : "
+                        f"({a.ctype})(0);" for a in accs])
+    rows, before = Scope(), Scope()
+    loop, needed = Scope(parent=rows), []
+    for a in accs:
+        t = a.ctype
+        dev = CValue(name=f"{a.name}_dev", code=f"{t} {a.name}_dev = ({t})({a.value.name}) - {a.name}_mean[fc_i]; "
+                     f"{a.name}_m2[fc_i] += {a.name}_dev * {a.name}_dev;", deps=[a.value], varying=True)
+        _place_in_column_loop(dev, loop, rows, before, needed, lanes)
+    if before.lines:
+        lines += over_block([restore[a] for a in done] + before.lines + [f"{v.name}_col[fc_i] = {v.name};" for v in needed])
+    kept.update(dict.fromkeys(needed))
+    return lines + rheads + indent(rows.lines + over_block(loop.lines, simd=True)) + ["}"] * len(rheads)
+
 
 def column_block(gen: CppKernelGen) -> int:
     """Points per block (the size of its accumulator arrays): the whole kept dim, at its
