@@ -9,9 +9,10 @@ For each model (GPT-2 and Llama-style, about 100M parameters, random weights bui
 each parallelism (``ddp``: ``DistributedDataParallel``, the compiler wrapping the DDP module;
 ``fsdp2``: ``fully_shard`` on every transformer block and the root, each block compiled) and each
 backend (``eager``, ``inductor`` = ``torch.compile``, ``fireclay`` = ``fireclay.compile``), every
-rank trains a fresh copy from the same seed on its own batches for ``--steps`` AdamW steps. The
-table gives tokens/s over all ranks after ``--warmup`` steps and the largest loss difference to
-eager's at any step. Processes are started with ``torch.multiprocessing.spawn`` (no torchrun):
+rank trains a fresh copy from the same seed on its own batches for ``--steps`` AdamW steps; the
+backends' copies of a model live side by side and take turns over the timed steps (``--rounds``),
+so that the host's slow spells fall on all of them. The table gives tokens/s over all ranks after
+``--warmup`` steps and the largest loss difference to eager's at any step. Processes are started with ``torch.multiprocessing.spawn`` (no torchrun):
 rank r uses ``cuda:r`` and NCCL, or gloo on CPU. Results go to ``--out`` as JSON and Markdown.
 """
 
@@ -42,6 +43,7 @@ class Settings:
     parallel: list[str]
     backends: list[str]
     tiny: bool
+    rounds: int
     profile: str
     out: str
     port: int
@@ -134,47 +136,94 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def train(s: Settings, model_name: str, parallel: str, backend: str, rank: int, device: torch.device) -> Row:
+@dataclasses.dataclass
+class Cell:
+    """One backend's copy of the model in a comparison: its compiled module, optimizer and results."""
+
+    row: Row
+    runnable: torch.nn.Module
+    opt: torch.optim.Optimizer
+    vocab: int
+    timed_s: float = 0.0
+
+
+def start(s: Settings, model_name: str, parallel: str, backend: str, device: torch.device) -> Cell:
     row = Row(model_name, parallel, backend)
     torch.manual_seed(0)
     model = build_model(model_name, s.tiny).to(device=device, dtype=getattr(torch, s.dtype))
     row.parameters = sum(p.numel() for p in model.parameters())
-    vocab = model.config.vocab_size
     runnable = prepare(model, parallel, backend, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-    started = None
-    begun = time.perf_counter()
-    for step in range(s.steps):
-        if step == s.warmup:
-            if backend == "fireclay":
-                # steady state: kernels still compiling in the background finish first, as
-                # Inductor's compile finished inside the first step
-                import fireclay
+    return Cell(row, runnable, opt, model.config.vocab_size)
 
-                fireclay.wait_compiled()
-                row.compiled_s = time.perf_counter() - begun
+
+def train_step(cell: Cell, s: Settings, step: int, rank: int, device: torch.device) -> float:
+    """One optimizer step on the step's batch; its loss (averaged over ranks) is recorded. Seconds."""
+    t0 = time.perf_counter()
+    ids = batch(s, cell.vocab, step, rank, device)
+    loss = cell.runnable(input_ids=ids, labels=ids).loss
+    loss.backward()
+    cell.opt.step()
+    cell.opt.zero_grad(set_to_none=True)
+    summed = loss.detach().float().clone()
+    dist.all_reduce(summed)
+    cell.row.losses.append(summed.item() / s.world_size)  # .item() waits for the step's kernels
+    seconds = time.perf_counter() - t0
+    cell.row.step_s.append(seconds)
+    return seconds
+
+
+def warm_up(cell: Cell, s: Settings, rank: int, device: torch.device) -> None:
+    begun = time.perf_counter()
+    for step in range(s.warmup):
+        seconds = train_step(cell, s, step, rank, device)
+        if step == 0:
+            cell.row.compile_s = seconds
+    if cell.row.backend == "fireclay":
+        # steady state: kernels still compiling in the background finish first, as Inductor's
+        # compile finished inside the first step
+        import fireclay
+
+        fireclay.wait_compiled()
+        cell.row.compiled_s = time.perf_counter() - begun
+
+
+def compare(s: Settings, model_name: str, parallel: str, rank: int, device: torch.device) -> list[Row]:
+    """Every backend's copy of one model, side by side: each warms up, then the timed steps run in
+    ``--rounds`` turns, each backend a share of the steps per turn, the first backend rotating, so
+    that a slow spell of the host falls on all of them alike."""
+    cells, failed = [], []
+    for backend in s.backends:
+        try:
+            cell = start(s, model_name, parallel, backend, device)
+            warm_up(cell, s, rank, device)
+            cells.append(cell)
+        except Exception as exc:  # one failing cell is reported, the rest still run
+            failed.append(Row(model_name, parallel, backend, error=f"{type(exc).__name__}: {exc}"[:500]))
+    timed = s.steps - s.warmup
+    rounds = max(1, min(s.rounds, timed))
+    shares = [timed // rounds + (1 if r < timed % rounds else 0) for r in range(rounds)]
+    step = s.warmup
+    for turn, share in enumerate(shares):
+        for i in range(len(cells)):
+            cell = cells[(turn + i) % len(cells)]
+            if cell.row.error:
+                continue
             synchronize(device)
             dist.barrier()
-            started = time.perf_counter()
-        t0 = time.perf_counter()
-        ids = batch(s, vocab, step, rank, device)
-        loss = runnable(input_ids=ids, labels=ids).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        summed = loss.detach().float().clone()
-        dist.all_reduce(summed)
-        row.losses.append(summed.item() / s.world_size)
-        row.step_s.append(time.perf_counter() - t0)
-        if step == 0:
-            row.compile_s = time.perf_counter() - t0
-    synchronize(device)
-    seconds = time.perf_counter() - started
-    row.tokens_per_s = (s.steps - s.warmup) * s.batch * s.seq * s.world_size / seconds
-    if s.profile and backend != "eager":
-        # Every rank runs the profiled steps (the collectives need them all); rank 0 records.
-        profile(runnable, opt, s, vocab, rank, device, f"{model_name}-{parallel}-{backend}")
-    return row
+            try:
+                cell.timed_s += sum(train_step(cell, s, step + k, rank, device) for k in range(share))
+            except Exception as exc:
+                cell.row.error = f"{type(exc).__name__}: {exc}"[:500]
+        step += share
+    for cell in cells:
+        if not cell.row.error:
+            cell.row.tokens_per_s = timed * s.batch * s.seq * s.world_size / cell.timed_s
+            if s.profile and cell.row.backend != "eager":
+                # Every rank runs the profiled steps (the collectives need them all); rank 0 records.
+                profile(cell.runnable, cell.opt, s, cell.vocab, rank, device,
+                        f"{model_name}-{parallel}-{cell.row.backend}")
+    return [cell.row for cell in cells] + failed
 
 
 def profile(runnable, opt, s: Settings, vocab: int, rank: int, device: torch.device, name: str) -> None:
@@ -207,23 +256,35 @@ def profile(runnable, opt, s: Settings, vocab: int, rank: int, device: torch.dev
 
 
 def kernel_summary(events: list[dict], steps: int, top: int = 12) -> str:
-    """Device time per step from a Chrome trace: all kernels, and the kernels taking the most."""
+    """Device time per step from a Chrome trace: all kernels, the time no kernel ran between the
+    first and the last, the host's launch calls, and the kernels taking the most."""
     per_name: dict[str, list[float]] = {}
-    begin, end = float("inf"), 0.0
-    for e in events:
-        if e.get("cat") == "kernel" and "dur" in e:
-            per_name.setdefault(e.get("name", "?"), []).append(e["dur"])
-            begin, end = min(begin, e["ts"]), max(end, e["ts"] + e["dur"])
+    launches = [e["dur"] for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver") and "dur" in e
+                and "launch" in e.get("name", "").lower()]
+    kernels = [e for e in events if e.get("cat") == "kernel" and "dur" in e]
+    for e in kernels:
+        per_name.setdefault(e.get("name", "?"), []).append(e["dur"])
     total = sum(sum(d) for d in per_name.values())
     communication = sum(sum(d) for name, d in per_name.items() if "nccl" in name.lower())
-    count = sum(len(d) for d in per_name.values())
-    span = (end - begin) if count else 0.0
-    lines = [f"  kernels per step {count / steps:.0f}, compute kernels {(total - communication) / steps / 1000:.2f} ms "
-             f"and communication kernels {communication / steps / 1000:.2f} ms per step, first kernel to last "
-             f"{span / steps / 1000:.2f} ms per step"]
+    busy = merged_length(sorted((e["ts"], e["ts"] + e["dur"]) for e in kernels))
+    span = (max(e["ts"] + e["dur"] for e in kernels) - min(e["ts"] for e in kernels)) if kernels else 0.0
+    lines = [f"  kernels per step {len(kernels) / steps:.0f}, compute kernels {(total - communication) / steps / 1000:.2f}"
+             f" ms and communication kernels {communication / steps / 1000:.2f} ms per step, first kernel to last "
+             f"{span / steps / 1000:.2f} ms per step, of it no kernel running {(span - busy) / steps / 1000:.2f} ms; "
+             f"launch calls {len(launches) / steps:.0f} per step, {sum(launches) / steps / 1000:.2f} ms of host time"]
     for name, durations in sorted(per_name.items(), key=lambda kv: -sum(kv[1]))[:top]:
         lines.append(f"  {sum(durations) / steps / 1000:8.3f} ms {len(durations) / steps:6.1f}x  {name[:90]}")
     return "\n".join(lines)
+
+
+def merged_length(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of sorted (begin, end) intervals."""
+    length, reach = 0.0, float("-inf")
+    for begin, end in intervals:
+        if end > reach:
+            length += end - max(begin, reach)
+            reach = end
+    return length
 
 
 def communication_overlap(events: list[dict]) -> tuple[float, float, int]:
@@ -262,14 +323,11 @@ def worker(rank: int, s: Settings) -> None:
     try:
         for model_name in s.models:
             for parallel in s.parallel:
-                for backend in s.backends:
-                    try:
-                        rows.append(train(s, model_name, parallel, backend, rank, device))
-                    except Exception as exc:  # one failing cell is reported, the rest still run
-                        rows.append(Row(model_name, parallel, backend, error=f"{type(exc).__name__}: {exc}"[:500]))
-                    if rank == 0:
-                        r = rows[-1]
-                        print(f"{model_name} {parallel} {backend}: {r.tokens_per_s:,.0f} tokens/s "
+                compared = compare(s, model_name, parallel, rank, device)
+                rows.extend(compared)
+                if rank == 0:
+                    for r in compared:
+                        print(f"{model_name} {parallel} {r.backend}: {r.tokens_per_s:,.0f} tokens/s "
                               f"{r.error or ''}", flush=True)
     finally:
         dist.destroy_process_group()
@@ -333,6 +391,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", default="gpt2,llama")
     p.add_argument("--parallel", default="ddp,fsdp2", help="ddp, fsdp2, or none (no wrapper: one process's step)")
     p.add_argument("--backends", default="eager,inductor,fireclay")
+    p.add_argument("--rounds", type=int, default=4, help="turns the timed steps are split into, every backend "
+                   "taking its share of each turn (interleaved; default 4)")
     p.add_argument("--tiny", action="store_true", help="tiny models on CPU with gloo: a smoke test")
     p.add_argument("--profile", default="", help="folder for profiler traces of the compiled backends (rank 0)")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
@@ -345,7 +405,7 @@ def main(argv: list[str] | None = None) -> None:
                  steps=a.steps or (4 if a.tiny else 20), warmup=a.warmup or (1 if a.tiny else 5),
                  batch=a.batch or (2 if a.tiny else 8), seq=a.seq or (32 if a.tiny else 1024),
                  models=a.models.split(","), parallel=a.parallel.split(","), backends=a.backends.split(","),
-                 tiny=a.tiny, profile=a.profile, out=a.out, port=free_port())
+                 tiny=a.tiny, rounds=a.rounds, profile=a.profile, out=a.out, port=free_port())
     if s.warmup >= s.steps:
         raise SystemExit("--warmup must be smaller than --steps")
     os.environ.setdefault("FIRECLAY_BACKGROUND_COMPILE", "0")
