@@ -75,3 +75,39 @@ def test_split_and_joined_loops_compare_equal():
 def test_equal_is_exact_on_static_and_symbolic_sizes(a, b, expected):
     assert exprs.equal(a, b) is expected
     assert exprs.equal(b, a) is expected
+
+
+# (expression, loop sizes, what it simplifies to or None where it must stay as it is in value only)
+DIGIT_CASES = [
+    ("r0 + 50257*Mod(x0, 16) + 804112*FloorDiv(x0, 16)", {"x0": 32, "r0": 50257}, "r0 + 50257*x0"),
+    ("r0 + 50257*Mod(x0, 16) + 804112*FloorDiv(r0 + 50257*x0, 804112)", {"x0": 32, "r0": 50257}, "r0 + 50257*x0"),
+    ("Mod(r0 + 64*x0, 128)", {"x0": 6, "r0": 64}, "r0 + 64*Mod(x0, 2)"),
+    ("FloorDiv(3*x0 + 1, 6)", {"x0": 20}, "FloorDiv(x0, 2)"),
+    ("FloorDiv(r0 + 12*x0 + 2*x1, 24)", {"x0": 7, "x1": 3, "r0": 2}, "FloorDiv(x0, 2)"),
+    ("Mod(8*x0 - 16*x1 + x2, 32)", {"x0": 9, "x1": 5, "x2": 8}, None),  # a negative multiple stays exact
+    ("FloorDiv(r0 + 64*x0 + 7, 128)", {"x0": 5, "r0": 64}, None),  # the low part reaches past 64
+    ("FloorDiv(r0 + 64*x0 - 1, 128)", {"x0": 5, "r0": 64}, None),  # and below 0
+    ("Mod(FloorDiv(r0 + 10*x0, 5), 4) + FloorDiv(r0 + 10*x0, 20)", {"x0": 9, "r0": 10}, None),
+]
+
+
+@pytest.mark.parametrize("text, sizes, expected", DIGIT_CASES)
+def test_low_digits_of_a_flat_index_drop_out_of_its_division(text, sizes, expected):
+    """A flat index divided by a multiple of its row length reads the row number alone (no
+    division in a kernel's inner loop); the result equals the original at every point of the ranges."""
+    import itertools
+    import random
+
+    e = exprs.parse(text)
+    simplified = exprs.simplify(e, sizes)
+    names = list(sizes)
+    points = list(itertools.product(*(range(sizes[n]) for n in names)))
+    if len(points) > 4000:  # every corner of the ranges and a random sample
+        rng = random.Random(0)
+        points = [p for p in points if all(v in (0, sizes[n] - 1) for n, v in zip(names, p))] + \
+            rng.sample(points, 4000)
+    for point in points:
+        env = dict(zip(names, point))
+        assert exprs.evaluate(simplified, env) == exprs.evaluate(e, env), (env, simplified)
+    if expected is not None:
+        assert sympy.expand(simplified - exprs.parse(expected)) == 0, simplified

@@ -129,7 +129,7 @@ def test_merged_dims_are_indexed_without_a_flat_index():
     program = builder.output(builder.call("sum.dim_IntList", merged, [0]))
     text = str(schedule(lower(program)))
     divisions = re.findall(r"FloorDiv\(([^,]+),", text)
-    assert divisions and all("+" not in d for d in divisions), text
+    assert all("+" not in d for d in divisions), text  # none at all once the digits fold back
     for got, want in zip(run(schedule(lower(program)), a, b), builder.eager(a, b)):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 

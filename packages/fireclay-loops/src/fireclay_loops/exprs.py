@@ -8,6 +8,7 @@ symbols and its ``FloorDiv`` / ``Mod`` (Python semantics), printed and parsed in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -91,7 +92,45 @@ def _simplify(e: Expr, var_sizes: Mapping[str, Any] | None) -> Expr:
         ranges = {name: loop_range(size) for name, size in var_sizes.items()}
         lookup = lambda s: ranges.get(s.name, UNBOUNDED)  # noqa: E731
         e = sympy.expand(_fold_periods(simplify_with_ranges(e, lookup), lookup))
+        if e.has(FloorDiv, Mod):
+            e = _recombine(sympy.expand(_drop_low_digits(e, lookup)))
     return e
+
+
+def _drop_low_digits(e: Expr, ranges: Callable[[Any], ValueRange]) -> Expr:
+    """``FloorDiv(m*q + r, m*k) -> FloorDiv(q, k)`` and ``Mod(m*q + r, m*k) -> m*Mod(q, k) + r``
+    when ``0 <= r < m`` over the loop ranges: a flat index ``50257*x0 + r0`` divided by a multiple
+    of its row length (a reshape of ``[2, 16, V]`` to ``[32, V]``) is a division of the row alone,
+    and a kernel then loads ``50257*x0 + r0`` rather than dividing in its inner loop."""
+    if e.is_Atom:
+        return e
+    args = tuple(_drop_low_digits(a, ranges) for a in e.args)
+    if args != e.args:
+        e = e.func(*args)
+    if isinstance(e, (FloorDiv, Mod)) and e.args[1].is_Integer and int(e.args[1]) > 1:
+        d = int(e.args[1])
+        split = _split_at_multiple(e.args[0], d, ranges)
+        if split is not None:
+            q, r, m = split
+            k = d // m
+            if isinstance(e, FloorDiv):
+                return FloorDiv(q, sympy.Integer(k)) if k > 1 else q
+            return (m * Mod(q, sympy.Integer(k)) if k > 1 else sympy.Integer(0)) + r
+    return e
+
+
+def _split_at_multiple(a: Expr, d: int, ranges: Callable[[Any], ValueRange]) -> tuple[Expr, Expr, int] | None:
+    """``a`` as ``m*q + r`` with ``m > 1`` dividing ``d``, integer ``q`` and ``0 <= r < m``, the
+    largest such ``m`` among the divisors its terms' coefficients share with ``d``; None if none."""
+    terms = [(t, t.as_coeff_Mul()[0]) for t in sympy.Add.make_args(sympy.expand(a))]
+    divisors = {math.gcd(abs(int(c)), d) for _, c in terms if c.is_Integer and c != 0}
+    for m in sorted((m for m in divisors if m > 1), reverse=True):
+        high = [t for t, c in terms if c.is_Integer and int(c) % m == 0]
+        low = sympy.Add(*[t for t, c in terms if not (c.is_Integer and int(c) % m == 0)])
+        r = bound(low, ranges)
+        if r.lo >= 0 and r.hi < m:
+            return sympy.expand(sympy.Add(*high) / m), low, m
+    return None
 
 
 def _fold_periods(e: Expr, ranges: Callable[[Any], ValueRange]) -> Expr:

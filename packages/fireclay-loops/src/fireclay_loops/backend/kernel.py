@@ -30,7 +30,7 @@ from typing import Any
 import sympy
 
 from fireclay_loops.errors import check_failure
-from fireclay_loops.exprs import UNBOUNDED, loop_range
+from fireclay_loops.exprs import UNBOUNDED, FloorDiv, Mod, loop_range, simplify
 from fireclay_loops.kernel import Kernel, KernelNode
 from fireclay_loops.ops import BINARY, REDUCTION_TYPES, UNARY
 from fireclay_shapes import ValueRange
@@ -171,8 +171,12 @@ class KernelEmitter:
     def read_index(self, expr: Any) -> tuple[sympy.Expr, list[Value]]:
         """``expr`` as sympy and the indirect index values it reads, by name (the same text in
         every process: a set of symbols iterates in an order that varies with string hashing);
-        the size symbols it names become arguments of the kernel."""
+        the size symbols it names become arguments of the kernel. Digits of the kernel's loops
+        that a view split apart and the composition left behind are folded over the loops'
+        ranges (``804112*FloorDiv(x0, 16) + 50257*Mod(x0, 16)`` is ``50257*x0``)."""
         expr = sympy.sympify(expr)
+        if expr.has(FloorDiv, Mod):
+            expr = simplify(expr, self.sizes)
         deps = []
         for s in sorted(expr.free_symbols, key=lambda s: s.name):
             if s.name in self.indirect:
