@@ -55,7 +55,8 @@ def cross_entropy_backward(b, k, g):  # grad = g - softmax * sum(g): a row reduc
     logp = b.call("_log_softmax.default", logits, 1, False)
     total = b.call("sum.dim_IntList", dy, [1], True)
     grad = b.call("sub.Tensor", dy, b.call("mul.Tensor", b.call("exp.default", logp), total))
-    # the hidden state's gradient (K padded) and the weight's (grad.t() @ h: K = M, read as a view)
+    # the hidden state's gradient (K padded) and the weight's (grad.t() @ h: its M, the same
+    # columns of grad, padded in the same place and read as a view)
     return (b.call("mm.default", grad, w), b.call("mm.default", b.call("t.default", grad), h))
 
 
@@ -96,6 +97,11 @@ def n_padded_b(b, k, g):  # h.t() @ grad: N = K padded in grad's rows; the wide 
     return (b.call("mm.default", b.call("t.default", h), _scaled(b, x)),)
 
 
+def m_padded_rows(b, k, g):  # grad.t() @ h, M = K unaligned: the product's extra rows never read
+    x, h = b.input(g((M, k))), b.input(g((M, N)))
+    return (b.call("relu.default", b.call("mm.default", b.call("t.default", _scaled(b, x)), h)),)
+
+
 def two_matmuls_share(b, k, g):  # grad @ w and v.t() @ grad pad one dimension of grad once
     x, w, v = b.input(g((M, k))), b.input(g((k, N))), b.input(g((M, N)))
     grad = _scaled(b, x)
@@ -127,11 +133,11 @@ class Case:
 
 
 CASES = [
-    Case("pointwise_a", pointwise_a, 1, 1), Case("cross_entropy_backward", cross_entropy_backward, 1, 1),
+    Case("pointwise_a", pointwise_a, 1, 1), Case("cross_entropy_backward", cross_entropy_backward, 2, 1),
     Case("extra_readers", extra_readers, 1, 1), Case("reduction_result", reduction_result, 1, 1),
     Case("rows_of_3d", rows_of_3d, 1, 1), Case("b_rows_grown", b_rows_grown, 1, 1),
     Case("a_transposed", a_transposed, 1, 1), Case("b_transposed", b_transposed, 1, 1),
-    Case("n_padded_b", n_padded_b, 1, 0),
+    Case("n_padded_b", n_padded_b, 1, 0), Case("m_padded_rows", m_padded_rows, 1, 0),
     Case("two_matmuls_share", two_matmuls_share, 2, 1),
     Case("library_producer", library_producer, 0, 2), Case("graph_input", graph_input, 0, 2),
     Case("returned_producer", returned_producer, 0, 2),

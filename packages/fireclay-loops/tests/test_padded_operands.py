@@ -31,8 +31,9 @@ def test_the_logits_gradient_is_written_once_on_cuda():
     """The lm_head's backward in small (bf16, a vocabulary of 50257 over 256 tokens), planned for
     CUDA with the default settings: the cross-entropy backward's kernel writes the gradient into
     rows of 50304, both matmuls read that buffer (K padded to 50264 for the hidden state's
-    gradient, transposed for the weight's), and besides it only the pad's 256 x 7 zeros are
-    written; no kernel iterates over the padded extent. (Planned, not run: the table above runs
+    gradient; transposed for the weight's, whose 50257 rows are padded to 50264 by the same
+    columns: cuBLAS runs a slower kernel for the unaligned extent), and besides it only the pad's
+    256 x 7 zeros are written; no kernel iterates over the padded extent. (Planned, not run: the table above runs
     the same structure against eager.)"""
     gen = torch.Generator().manual_seed(0)
     b = programs.AtenBuilder("cuda")
@@ -51,10 +52,11 @@ def test_the_logits_gradient_is_written_once_on_cuda():
     assert [int(n) for n in a.size] == [tokens, 50264] and [int(s) for s in a.stride] == [50304, 1]
     assert mm_weight.tensor_args()[0].buffer == a.buffer
     assert [int(s) for s in mm_weight.tensor_args()[0].stride] == [1, 50304]
+    assert [int(n) for n in mm_weight.tensor_args()[0].size] == [50264, tokens]
     stored = [programs._points(kn.node) for step in scheduled.steps for kn in getattr(step, "nodes", ())
               if any(buf == a.buffer for buf, _, _ in kn.node.body.writes())]
     assert sorted(stored) == [tokens * 7, tokens * v], stored
-    assert programs.padded_operands(scheduled, 50264) == (1, 1)  # the weight (a graph input) is copied
+    assert programs.padded_operands(scheduled, 50264) == (2, 1)  # the weight (a graph input) is copied
 
 
 def test_readers_wait_for_every_writer_of_a_buffer():

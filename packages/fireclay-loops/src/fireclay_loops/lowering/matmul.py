@@ -109,17 +109,17 @@ def _aligned_extent(ctx: LoweringContext, n: int) -> int:
     return -(-n // align) * align
 
 
-def padded_extents(ctx: LoweringContext, a: TensorValue, b: TensorValue) -> tuple[int | None, int | None]:
-    """``(K, N)`` of ``a @ b`` rounded up to :data:`GEMM_ALIGNMENT_BYTES` where they are
+def padded_extents(ctx: LoweringContext, a: TensorValue, b: TensorValue) -> tuple[int | None, int | None, int | None]:
+    """``(K, N, M)`` of ``a @ b`` rounded up to :data:`GEMM_ALIGNMENT_BYTES` where they are
     unaligned and at least ``config.pad_min_stride`` long, on a device type in
     ``config.pad_matmul``, with both other sides at least :data:`MIN_PADDED_SIDE` (None for each
     extent kept as it is). Static sizes only."""
     _, dtype, device = ctx.out_meta()
     if str(device).split(":")[0] not in config.pad_matmul or a.rank != 2 or b.rank != 2 or dtype not in ITEMSIZE:
-        return None, None
+        return None, None, None
     sizes = [exprs.to_static(n) for n in (a.size[0], a.size[1], b.size[1])]
     if any(n is None for n in sizes):
-        return None, None
+        return None, None, None
     m, k, n = (int(x) for x in sizes)  # type: ignore[arg-type]
 
     def padded(extent: int, *others: int) -> int | None:
@@ -128,7 +128,7 @@ def padded_extents(ctx: LoweringContext, a: TensorValue, b: TensorValue) -> tupl
             return None
         return wide
 
-    return padded(k, m, n), padded(n, m, k)
+    return padded(k, m, n), padded(n, m, k), padded(m, k, n)
 
 
 def zero_padded(ctx: LoweringContext, x: TensorValue, extents: dict[int, int]) -> BufferValue:
@@ -276,21 +276,32 @@ def padded_operand(ctx: LoweringContext, source: Value, x: TensorValue, extents:
 
 def library_mm(ctx: LoweringContext, a: TensorValue, b: TensorValue, call: Any = None) -> tuple[TensorValue | None, ...]:
     """The library's ``mm`` of ``a`` and ``b`` (the current node, or ``call``), with K and N
-    zero-padded where :func:`padded_extents` says so. A padded N gives a wider product whose
-    first N columns are the result: a strided view of it, copied into eager's layout where the
-    result must have it (returned to the caller)."""
-    k, n = padded_extents(ctx, a, b)
-    if k is None and n is None:
-        return fallback(ctx, call, kind="extern")
+    zero-padded where :func:`padded_extents` says so, and M where ``a`` can grow in its own
+    buffer (a copy of ``a`` would cost what the aligned GEMM saves): the product of the
+    language-model head's weight gradient, ``grad_logits.t() @ hidden``, has 50257 rows, and
+    cuBLAS runs a slower kernel for it than for 50264. A padded product is wider or longer; the
+    result is a strided view of its first rows and columns, copied into eager's layout where
+    the result must have it (returned to the caller)."""
+    k, n, m = padded_extents(ctx, a, b)
     node = call or ctx.node
-    if k is not None:
-        a = padded_operand(ctx, node.args[0], a, {1: k})
+    a_extents = {d: e for d, e in ((1, k),) if e is not None}
+    grown = None if m is None else padded_in_place(ctx, node.args[0], a, a_extents | {0: m})
+    if grown is None:
+        m = None
+    if k is None and n is None and m is None:
+        return fallback(ctx, call, kind="extern")
+    if grown is not None:
+        a = grown
+    elif k is not None:
+        a = padded_operand(ctx, node.args[0], a, a_extents)
     b_extents = {d: e for d, e in ((0, k), (1, n)) if e is not None}
-    replace: dict[Value, TensorValue] = {node.args[0]: a, node.args[1]: padded_operand(ctx, node.args[1], b, b_extents)}
-    if n is None:
+    if b_extents:
+        b = padded_operand(ctx, node.args[1], b, b_extents)
+    replace: dict[Value, TensorValue] = {node.args[0]: a, node.args[1]: b}
+    if n is None and m is None:
         return fallback(ctx, call, kind="extern", replace=replace)
     size, dtype, device = ctx.out_meta()
-    (wide,) = fallback(ctx, call, kind="extern", replace=replace, sizes=[[size[0], n]])
+    (wide,) = fallback(ctx, call, kind="extern", replace=replace, sizes=[[m or size[0], n or size[1]]])
     assert wide is not None
     result: TensorValue = BufferValue(wide.buffer, size, wide.stride)
     if call is None and ctx.needs_eager_layout():
