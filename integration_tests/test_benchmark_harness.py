@@ -544,3 +544,45 @@ def test_results_name_a_commit_whose_files_changed_as_such(tmp_path, monkeypatch
     assert clean and "+" not in clean
     (tmp_path / "a.py").write_text("x = 2\n")
     assert report.git_commit() == clean + "+changes"
+
+
+@pytest.mark.parametrize("intervals, expected", [
+    ([(0, 10), (5, 12), (20, 25), (21, 22)], 17.0),
+    ([(0, 4), (4, 8)], 8.0),
+    ([(0, 10), (2, 3)], 10.0),
+    ([], 0.0),
+])
+def test_merged_length_counts_each_moment_once(intervals, expected):
+    from benchmarks.distributed import merged_length
+
+    assert merged_length(intervals) == expected
+
+
+def test_kernel_summary_reports_idle_device_time_and_launches():
+    from benchmarks.distributed import kernel_summary
+
+    events = [{"cat": "kernel", "ts": 0, "dur": 10, "name": "gemm"}, {"cat": "kernel", "ts": 5, "dur": 10, "name": "add"},
+              {"cat": "kernel", "ts": 30, "dur": 10, "name": "gemm"},
+              {"cat": "cuda_runtime", "ts": 0, "dur": 3, "name": "cudaLaunchKernel"},
+              {"cat": "cuda_driver", "ts": 4, "dur": 5, "name": "cuLaunchKernelEx"},
+              {"cat": "cuda_runtime", "ts": 9, "dur": 7, "name": "cudaMemcpyAsync"}]
+    head = kernel_summary(events, steps=1).splitlines()[0]
+    # kernels span 0..40, busy 0..15 and 30..40: 15 us idle; two launch calls of 8 us together
+    assert "first kernel to last 0.04 ms" in head and "no kernel running 0.01 ms" in head, head
+    assert "launch calls 2 per step, 0.01 ms" in head, head
+
+
+def test_distributed_benchmark_interleaves_backends_on_the_same_batches(tmp_path):
+    """Two gloo processes, DDP, eager and fireclay side by side in three turns: every backend runs
+    every step once, on the step's batch (so its losses follow eager's), and gets a throughput."""
+    from benchmarks import distributed
+
+    distributed.main(["--tiny", "--steps", "5", "--warmup", "1", "--rounds", "3", "--models", "gpt2",
+                      "--parallel", "ddp", "--backends", "eager,fireclay", "--out", str(tmp_path)])
+    (result,) = glob.glob(str(tmp_path / "distributed-cpu-2x-tiny-*.json"))
+    with open(result) as f:
+        rows = {r["backend"]: r for r in json.load(f)["rows"]}
+    assert set(rows) == {"eager", "fireclay"}
+    for r in rows.values():
+        assert not r["error"] and r["tokens_per_s"] > 0 and len(r["losses"]) == len(r["step_s"]) == 5
+    assert rows["fireclay"]["max_loss_difference"] < 1e-4
