@@ -105,13 +105,14 @@ def test_max_dim_values_and_indices_share_a_kernel():
 
 def test_transposed_producer_fuses_by_reordering_loops():
     # sum over dim 0 of exp(x): the reduction walks x column-wise; the pointwise producer is
-    # iterated in the reduction's order, so both fit one kernel.
+    # iterated in the reduction's order, so both fit one kernel. (16 rows: a column reduction
+    # over a few points is pointwise code, config.unroll_reductions.)
     h = Hand()
-    x = h.input("x", 4, 8)
-    e = h.op("exp.default", x, out=t(4, 8))
+    x = h.input("x", 16, 8)
+    e = h.op("exp.default", x, out=t(16, 8))
     s, k, _ = kernels(h.program(h.op("sum.dim_IntList", e, [0], out=t(8))))
     assert k == 1
-    assert s.kernels[0].xsizes == [8] and s.kernels[0].rsizes == [4]
+    assert s.kernels[0].xsizes == [8] and s.kernels[0].rsizes == [16]
 
 
 def test_pointwise_read_at_another_index_is_recomputed():

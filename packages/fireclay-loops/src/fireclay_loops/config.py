@@ -64,6 +64,8 @@ class Config(Settings, section="loops"):
     pad_min_stride: int = setting(1024, "shortest stride, in elements, that pad_strides pads")
     pad_matmul: tuple[str, ...] = setting(("cuda",), "device types whose library matmuls with an unaligned "
                                           "reduction length of at least pad_min_stride get it zero-padded")
+    unroll_reductions: int = setting(8, "reductions over at most this many points (a static count, at least 2) "
+                                         "are computed as pointwise code, each point's value combined in turn")
     kernel_checks: bool = setting(True, "check in generated kernels what eager raises on: indices read from "
                                         "tensors, integer division by zero on the CPU")
 

@@ -8,6 +8,7 @@ nodes (:func:`fallback`).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,15 @@ from fireclay_loops.ops import ops
 # fireclay-autograd on a forward graph). Their layout is the lowering's choice: the backward is
 # compiled for the layouts it receives.
 SAVED_OUTPUTS = layout.SAVED_OUTPUTS
+
+# The pointwise op that combines two partial results of each reduction kind an unrolled reduction
+# computes (the others, argmax and Welford's, carry more than one value).
+_COMBINE = {"sum": "add", "prod": "mul", "max": "maximum", "min": "minimum", "any": "logical_or", "all": "logical_and"}
+
+
+def _contiguous_along(body: Any, rvars: Sequence[Any]) -> bool:
+    """Whether some memory read of ``body`` steps by one element along one of ``rvars``."""
+    return any(sympy.expand(index).coeff(v) == 1 for _, index, _ in body.reads() for v in rvars)
 
 
 class LoweringContext:
@@ -273,6 +283,8 @@ class LoweringContext:
         out_size = [in_size[k] if k not in dims else sympy.Integer(1) for k in kept]
         bufs = [self.new_buffer(out_size, dt, device) for dt, _ in finals]
         rnumel = exprs.product(in_size[k] for k in dims)
+        count = exprs.to_static(rnumel)
+        unroll = reduction_type in _COMBINE and count is not None and 2 <= count <= config.unroll_reductions
 
         def fn(vars: Sequence[Any], rvars: Sequence[Any]) -> Any:
             index: list[Any] = [sympy.Integer(0)] * n
@@ -289,8 +301,44 @@ class LoweringContext:
                 ops.store_reduction(buf.name, out_index, ops.to_dtype(final(acc, rnumel), dt))
 
         body = record_body([in_size[k] for k in xdims], [in_size[k] for k in rdims], fn, self.buffer_dtype, self.fresh)
-        self.out.nodes.append(ComputeNode(self.fresh("op"), body, self._meta()))
+        if unroll and not _contiguous_along(body, body.reduction_vars):
+            self._unrolled_reduction(in_size, xdims, rdims, kept, dims, bufs, reduction_type, acc_dtype, inner, finals,
+                                     rnumel)
+        else:
+            self.out.nodes.append(ComputeNode(self.fresh("op"), body, self._meta()))
         return [BufferValue(b) for b in bufs]
+
+    def _unrolled_reduction(self, in_size: list[Any], xdims: list[int], rdims: list[int], kept: list[int],
+                            dims: Sequence[int], bufs: list[Buffer], reduction_type: str, acc_dtype: str,
+                            inner: Callable[[list[Any]], Any],
+                            finals: Sequence[tuple[str, Callable[[Any, sympy.Expr], Any]]], rnumel: sympy.Expr) -> None:
+        """A reduction over a few points (``config.unroll_reductions``) that no read walks
+        contiguously, as a pointwise node: each point's value is loaded and combined in turn, in
+        the reduction's order. The gradient of grouped-query attention's keys sums 3 heads per key
+        head; as a reduction each program's tile reads 3 values far apart per output, as pointwise
+        code it reads 3 contiguous runs, and the node fuses like any pointwise one. A short row
+        (a softmax over 8 keys) stays a reduction: its reads are contiguous already, and its
+        consumers fuse with it."""
+        combine = _COMBINE[reduction_type]
+        points = list(itertools.product(*(range(int(exprs.to_static(in_size[k]))) for k in rdims)))  # type: ignore[arg-type]
+
+        def fn(vars: Sequence[Any], _rvars: Sequence[Any]) -> Any:
+            index: list[Any] = [sympy.Integer(0)] * len(in_size)
+            for v, k in zip(vars, xdims):
+                index[k] = v
+            acc = None
+            for point in points:
+                for r, k in zip(point, rdims):
+                    index[k] = sympy.Integer(r)
+                value = ops.to_dtype(inner(list(index)), acc_dtype)
+                acc = value if acc is None else getattr(ops, combine)(acc, value)
+            for buf, (dt, final) in zip(bufs, finals):
+                out_index = sum((index[k] * buf.stride[j] for j, k in enumerate(kept) if k not in dims),
+                                sympy.Integer(0))
+                ops.store(buf.name, out_index, ops.to_dtype(final(acc, rnumel), dt))
+
+        body = record_body([in_size[k] for k in xdims], [], fn, self.buffer_dtype, self.fresh)
+        self.out.nodes.append(ComputeNode(self.fresh("op"), body, self._meta()))
 
     def realize(self, value: TensorValue) -> BufferValue:
         """A value in memory: buffers as they are, anything else computed into a new buffer."""
