@@ -73,10 +73,10 @@ def test_lm_head_training_step_pads_the_logits_gradient_in_place(tmp_path):
     (backward,) = [s for s in schedules if "in_tangent" in s]
     (forward,) = [s for s in schedules if "in_tangent" not in s]
     # the input gradient's matmul reads the gradient's buffer with K padded, the weight
-    # gradient's the same buffer transposed
+    # gradient's the same buffer transposed, its M (1031 rows) padded by the same columns
     padded = re.search(r"mm\.default\((buf\d+)\[256, 1032; strides 1056, 1\]", backward)
     assert padded is not None, backward
-    assert f"{padded.group(1)}[1031, 256; strides 1, 1056]" in backward, backward
+    assert f"{padded.group(1)}[1032, 256; strides 1, 1056]" in backward, backward
     # no kernel walks the padded gradient (a copy would); one writes its pad: 256 rows x 1 zero
     assert "(x0 < 256, x1 < 1032)" not in backward, backward
     assert "def kernel" in backward and re.search(r"def kernel\d+\(x0 < 256\):", backward), backward
