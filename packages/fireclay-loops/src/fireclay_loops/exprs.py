@@ -91,32 +91,41 @@ def _simplify(e: Expr, var_sizes: Mapping[str, Any] | None) -> Expr:
     if var_sizes and e.has(FloorDiv, Mod):
         ranges = {name: loop_range(size) for name, size in var_sizes.items()}
         lookup = lambda s: ranges.get(s.name, UNBOUNDED)  # noqa: E731
-        e = sympy.expand(_fold_periods(simplify_with_ranges(e, lookup), lookup))
+        e = sympy.expand(_fold_digits(simplify_with_ranges(e, lookup), lookup))
         if e.has(FloorDiv, Mod):
-            e = _recombine(sympy.expand(_drop_low_digits(e, lookup)))
+            e = _recombine(e)
     return e
 
 
-def _drop_low_digits(e: Expr, ranges: Callable[[Any], ValueRange]) -> Expr:
-    """``FloorDiv(m*q + r, m*k) -> FloorDiv(q, k)`` and ``Mod(m*q + r, m*k) -> m*Mod(q, k) + r``
-    when ``0 <= r < m`` over the loop ranges: a flat index ``50257*x0 + r0`` divided by a multiple
-    of its row length (a reshape of ``[2, 16, V]`` to ``[32, V]``) is a division of the row alone,
-    and a kernel then loads ``50257*x0 + r0`` rather than dividing in its inner loop."""
+def _fold_digits(e: Expr, ranges: Callable[[Any], ValueRange]) -> Expr:
+    """Each ``FloorDiv(a, d)`` and ``Mod(a, d)`` over the loop ranges, bottom up:
+
+    * ``a`` inside one period ``[k*d, (k+1)*d)``: ``k`` and ``a - k*d`` (a flipped index
+      ``31 - i`` with ``0 <= i < 8`` is ``3*8 + (7 - i)``);
+    * ``a = m*q + r`` with ``m`` dividing ``d`` and ``0 <= r < m``: ``FloorDiv(q, d/m)`` and
+      ``m*Mod(q, d/m) + r``. A flat index ``50257*x0 + r0`` divided by a multiple of its row
+      length (a reshape of ``[2, 16, V]`` to ``[32, V]``) is a division of the row alone, and a
+      kernel loads ``50257*x0 + r0`` rather than dividing in its inner loop."""
     if e.is_Atom:
         return e
-    args = tuple(_drop_low_digits(a, ranges) for a in e.args)
+    args = tuple(_fold_digits(a, ranges) for a in e.args)
     if args != e.args:
         e = e.func(*args)
-    if isinstance(e, (FloorDiv, Mod)) and e.args[1].is_Integer and int(e.args[1]) > 1:
-        d = int(e.args[1])
-        split = _split_at_multiple(e.args[0], d, ranges)
-        if split is not None:
-            q, r, m = split
-            k = d // m
-            if isinstance(e, FloorDiv):
-                return FloorDiv(q, sympy.Integer(k)) if k > 1 else q
-            return (m * Mod(q, sympy.Integer(k)) if k > 1 else sympy.Integer(0)) + r
-    return e
+    if not (isinstance(e, (FloorDiv, Mod)) and e.args[1].is_Integer and int(e.args[1]) > 0):
+        return e
+    d = int(e.args[1])
+    r = bound(e.args[0], ranges)
+    if r.lo != -float("inf") and r.hi != float("inf") and int(r.lo) // d == int(r.hi) // d:
+        k = int(r.lo) // d
+        return sympy.Integer(k) if isinstance(e, FloorDiv) else sympy.expand(e.args[0] - k * d)
+    split = _split_at_multiple(e.args[0], d, ranges) if d > 1 else None
+    if split is None:
+        return e
+    q, low, m = split
+    k = d // m
+    if isinstance(e, FloorDiv):
+        return FloorDiv(q, sympy.Integer(k)) if k > 1 else q
+    return (m * Mod(q, sympy.Integer(k)) if k > 1 else sympy.Integer(0)) + low
 
 
 def _split_at_multiple(a: Expr, d: int, ranges: Callable[[Any], ValueRange]) -> tuple[Expr, Expr, int] | None:
@@ -131,23 +140,6 @@ def _split_at_multiple(a: Expr, d: int, ranges: Callable[[Any], ValueRange]) -> 
         if r.lo >= 0 and r.hi < m:
             return sympy.expand(sympy.Add(*high) / m), low, m
     return None
-
-
-def _fold_periods(e: Expr, ranges: Callable[[Any], ValueRange]) -> Expr:
-    """``FloorDiv(a, d) -> k`` and ``Mod(a, d) -> a - k*d`` when ``a`` stays inside one period
-    ``[k*d, (k+1)*d)`` (a flipped index ``31 - i`` with ``0 <= i < 8`` is ``3*8 + (7 - i)``)."""
-    if e.is_Atom:
-        return e
-    args = tuple(_fold_periods(a, ranges) for a in e.args)
-    if args != e.args:
-        e = e.func(*args)
-    if isinstance(e, (FloorDiv, Mod)) and e.args[1].is_Integer and int(e.args[1]) > 0:
-        d = int(e.args[1])
-        r = bound(e.args[0], ranges)
-        if r.lo != -float("inf") and r.hi != float("inf") and int(r.lo) // d == int(r.hi) // d:
-            k = int(r.lo) // d
-            return sympy.Integer(k) if isinstance(e, FloorDiv) else sympy.expand(e.args[0] - k * d)
-    return e
 
 
 def equal(a: Any, b: Any) -> bool:
