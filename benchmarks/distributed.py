@@ -277,14 +277,20 @@ def kernel_summary(events: list[dict], steps: int, top: int = 12) -> str:
     return "\n".join(lines)
 
 
+def merged(intervals: list[tuple[float, float]]) -> list[list[float]]:
+    """Sorted (begin, end) intervals joined where they overlap or touch."""
+    joined: list[list[float]] = []
+    for begin, end in intervals:
+        if joined and begin <= joined[-1][1]:
+            joined[-1][1] = max(joined[-1][1], end)
+        else:
+            joined.append([begin, end])
+    return joined
+
+
 def merged_length(intervals: list[tuple[float, float]]) -> float:
     """The length of the union of sorted (begin, end) intervals."""
-    length, reach = 0.0, float("-inf")
-    for begin, end in intervals:
-        if end > reach:
-            length += end - max(begin, reach)
-            reach = end
-    return length
+    return sum(end - begin for begin, end in merged(intervals))
 
 
 def communication_overlap(events: list[dict]) -> tuple[float, float, int]:
@@ -292,13 +298,7 @@ def communication_overlap(events: list[dict]) -> tuple[float, float, int]:
     trace's events: (share of communication time overlapped, communication ms, kernels)."""
     kernels = [(e["ts"], e["ts"] + e["dur"], "nccl" in e.get("name", "").lower())
                for e in events if e.get("cat") == "kernel" and "dur" in e]
-    compute = sorted((begin, end) for begin, end, comm in kernels if not comm)
-    merged: list[list[float]] = []
-    for begin, end in compute:
-        if merged and begin <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([begin, end])
+    busy = merged(sorted((begin, end) for begin, end, comm in kernels if not comm))
     total = covered = 0.0
     count = 0
     for begin, end, comm in kernels:
@@ -306,7 +306,7 @@ def communication_overlap(events: list[dict]) -> tuple[float, float, int]:
             continue
         count += 1
         total += end - begin
-        covered += sum(max(0.0, min(end, m_end) - max(begin, m_begin)) for m_begin, m_end in merged
+        covered += sum(max(0.0, min(end, m_end) - max(begin, m_begin)) for m_begin, m_end in busy
                        if m_begin < end and m_end > begin)
     return (covered / total if total else 0.0), total / 1000.0, count
 
